@@ -1,0 +1,1 @@
+"""Model backends behind small protocols (detector, vad, stt, llm, tts, embeddings)."""

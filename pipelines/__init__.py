@@ -1,0 +1,1 @@
+"""Video and voice pipelines: pure asyncio, no HTTP."""

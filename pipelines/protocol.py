@@ -1,0 +1,181 @@
+"""The data-channel protocol, version 1: every message Vigil sends or accepts, as pydantic models.
+
+This module is the public contract. ``docs/protocol.schema.json`` is generated from it
+(``python -m pipelines.protocol > docs/protocol.schema.json``) and a test keeps the two in step.
+Changes must be additive within ``v: 1``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+PROTOCOL_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------- per-session configuration
+
+
+class VideoSessionConfig(_Strict):
+    target_fps: float = Field(5.0, gt=0, le=120, description="Frames analysed per second (at most).")
+
+
+class SessionConfig(_Strict):
+    """The knobs a client may set per session: in the offer's ``options`` or later by a ``config`` message."""
+
+    video: VideoSessionConfig = VideoSessionConfig()
+
+    def merged(self, patch: SessionConfigPatch) -> SessionConfig:
+        data = self.model_dump()
+        for section, values in patch.model_dump(exclude_none=True).items():
+            data[section].update(values)
+        return SessionConfig.model_validate(data)
+
+
+class VideoSessionConfigPatch(_Strict):
+    target_fps: float | None = Field(None, gt=0, le=120)
+
+
+class SessionConfigPatch(_Strict):
+    video: VideoSessionConfigPatch | None = None
+
+
+# ---------------------------------------------------------------- server -> client
+
+
+class ServerMessage(BaseModel):
+    v: Literal[1] = PROTOCOL_VERSION
+    session: str = Field(description="Session or source id.")
+    ts: float = Field(description="Server clock, seconds (wall clock; media clock in as-fast-as-possible replay).")
+    pts: float | None = Field(None, description="Media time in seconds, where the message concerns media.")
+
+
+class ServerInfo(BaseModel):
+    name: str = "vigil"
+    version: str
+
+
+class Hello(ServerMessage):
+    type: Literal["hello"] = "hello"
+    server: ServerInfo
+    config: SessionConfig
+    tracks: list[Literal["video", "audio"]] = Field(description="Media tracks this session receives.")
+    models: dict[str, str] = Field(default_factory=dict, description="Stage -> model/backend name.")
+
+
+class DetectedObject(BaseModel):
+    label: str
+    class_id: int
+    conf: float
+    box: tuple[float, float, float, float] = Field(description="x1, y1, x2, y2 normalised to 0..1.")
+    track_id: int | None = None
+    keypoints: list[tuple[float, float, float]] | None = Field(None, description="x, y (0..1), confidence.")
+
+
+class Detections(ServerMessage):
+    type: Literal["detections"] = "detections"
+    width: int
+    height: int
+    objects: list[DetectedObject]
+    inference_ms: float
+    queue_ms: float
+    model: str
+
+
+class Transcript(ServerMessage):
+    type: Literal["transcript"] = "transcript"
+    turn: int
+    text: str
+    final: bool
+
+
+class Reply(ServerMessage):
+    type: Literal["reply"] = "reply"
+    turn: int
+    delta: str | None = None
+    done: bool = False
+
+
+class Event(ServerMessage):
+    type: Literal["event"] = "event"
+    name: str = Field(description="e.g. source.state, config, zone.enter, barge_in.")
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class VideoCounts(BaseModel):
+    frames_in: int = 0
+    frames_sampled: int = 0
+    frames_analyzed: int = 0
+    frames_dropped: int = Field(0, description="Sampled frames replaced by a newer one before analysis.")
+
+
+class AudioCounts(BaseModel):
+    frames_in: int = 0
+    samples_in: int = 0
+    seconds_in: float = 0.0
+
+
+class MediaCounts(BaseModel):
+    video: VideoCounts = VideoCounts()
+    audio: AudioCounts = AudioCounts()
+
+
+class Metrics(ServerMessage):
+    type: Literal["metrics"] = "metrics"
+    media: MediaCounts | None = None
+
+
+class Error(ServerMessage):
+    type: Literal["error"] = "error"
+    code: str = Field(description="Stable machine-readable code, e.g. invalid_json, invalid_message.")
+    message: str
+    ref: str | None = Field(None, description="The type (or id) of the client message that caused it.")
+
+
+class Pong(ServerMessage):
+    type: Literal["pong"] = "pong"
+    id: str | int | None = None
+
+
+ServerMessageUnion = Annotated[
+    Hello | Detections | Transcript | Reply | Event | Metrics | Error | Pong, Field(discriminator="type")
+]
+
+# ---------------------------------------------------------------- client -> server
+
+
+class ClientMessage(_Strict):
+    v: Literal[1] = PROTOCOL_VERSION
+
+
+class ConfigRequest(ClientMessage, SessionConfigPatch):
+    type: Literal["config"]
+
+
+class Ping(ClientMessage):
+    type: Literal["ping"]
+    id: str | int | None = None
+
+
+ClientMessageUnion = Annotated[ConfigRequest | Ping, Field(discriminator="type")]
+client_message_adapter: TypeAdapter[ConfigRequest | Ping] = TypeAdapter(ClientMessageUnion)
+server_message_adapter: TypeAdapter[Any] = TypeAdapter(ServerMessageUnion)
+
+
+def json_schema() -> dict[str, Any]:
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"Vigil data-channel protocol v{PROTOCOL_VERSION}",
+        "server_to_client": server_message_adapter.json_schema(),
+        "client_to_server": client_message_adapter.json_schema(),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(json_schema(), indent=2, sort_keys=True))

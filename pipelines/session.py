@@ -1,0 +1,392 @@
+"""One session's media pipeline: frames in, messages out. Pure asyncio; knows nothing of HTTP or WebRTC.
+
+Video: every decoded frame is counted; frames due at the target FPS (by media time) are *sampled* into a
+latest-frame-wins slot, so a slow analyser drops old frames (counted) instead of building a backlog.
+Audio: never dropped; a bounded queue applies backpressure instead.
+With a virtual clock (as-fast-as-possible replay) each fed frame is processed before the call returns, so the
+output depends only on the input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import av
+from aiortc.mediastreams import MediaStreamError
+from pydantic import ValidationError
+
+from pipelines import telemetry
+from pipelines.clock import Clock, Timer
+from pipelines.protocol import (
+    ConfigRequest,
+    Detections,
+    Error,
+    Event,
+    Hello,
+    MediaCounts,
+    Metrics,
+    Ping,
+    Pong,
+    ServerInfo,
+    ServerMessage,
+    SessionConfig,
+    SessionConfigPatch,
+    client_message_adapter,
+)
+
+log = logging.getLogger(__name__)
+
+MessageSink = Callable[[ServerMessage], None]
+
+
+@dataclass(slots=True)
+class SampledFrame:
+    frame: av.VideoFrame
+    pts: float  # seconds since the stream's first frame
+    sampled_at: float  # time.perf_counter() when it entered the slot
+
+
+@dataclass(slots=True)
+class DetectionResult:
+    width: int
+    height: int
+    objects: list[dict[str, Any]]
+    inference_ms: float
+    model: str
+
+
+class VideoAnalyzer(Protocol):
+    """The seam the video pipeline plugs its detectors into."""
+
+    name: str
+
+    async def analyze(self, sampled: SampledFrame) -> DetectionResult | None: ...
+
+
+class AudioAnalyzer(Protocol):
+    """The seam the voice loop plugs into: every audio frame, in order, none dropped."""
+
+    name: str
+
+    async def process(self, frame: av.AudioFrame, pts: float) -> None: ...
+
+
+class CountingOnlyVideoAnalyzer:
+    """Named seam: analyses nothing, so a session reports only frame counts until a detector is configured."""
+
+    name = "counting-only"
+
+    async def analyze(self, sampled: SampledFrame) -> DetectionResult | None:
+        return None
+
+
+class CountingOnlyAudioAnalyzer:
+    """Named seam: consumes audio in order and does nothing with it until the voice loop is configured."""
+
+    name = "counting-only"
+
+    async def process(self, frame: av.AudioFrame, pts: float) -> None:
+        return None
+
+
+class LatestFrameSlot:
+    """Holds at most one frame; a newer frame replaces (drops) an unconsumed older one."""
+
+    def __init__(self) -> None:
+        self._item: SampledFrame | None = None
+        self._ready = asyncio.Event()
+
+    def put(self, item: SampledFrame) -> bool:
+        """Store ``item``; True when it replaced a frame that was never analysed."""
+        dropped = self._item is not None
+        self._item = item
+        self._ready.set()
+        return dropped
+
+    async def get(self) -> SampledFrame:
+        await self._ready.wait()
+        self._ready.clear()
+        item, self._item = self._item, None
+        assert item is not None
+        return item
+
+
+class FpsSampler:
+    """Decides by media time which frames are due at the target rate; a slower stream is taken whole."""
+
+    def __init__(self, target_fps: float) -> None:
+        self.target_fps = target_fps
+        self._next_due: float | None = None
+
+    def due(self, pts: float) -> bool:
+        interval = 1.0 / self.target_fps
+        if self._next_due is None or pts + 1e-3 >= self._next_due:
+            # Keep a steady grid, but never let a gap (or a rate change) cause a burst of catch-up samples.
+            grid = (self._next_due or pts) + interval
+            self._next_due = grid if grid > pts else pts + interval
+            return True
+        return False
+
+    def retarget(self, target_fps: float) -> None:
+        self.target_fps = target_fps
+        self._next_due = None
+
+
+class _TrackTime:
+    """Seconds since a track's first frame (WebRTC timestamps start at a random offset)."""
+
+    def __init__(self) -> None:
+        self._origin: float | None = None
+        self._last = 0.0
+
+    def of(self, frame: av.VideoFrame | av.AudioFrame) -> float:
+        if frame.pts is None or frame.time_base is None:
+            return self._last
+        absolute = float(frame.pts * frame.time_base)
+        if self._origin is None:
+            self._origin = absolute
+        self._last = max(absolute - self._origin, 0.0)
+        return self._last
+
+
+class SessionPipeline:
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        origin: str,
+        clock: Clock,
+        emit: MessageSink,
+        config: SessionConfig,
+        server_version: str,
+        video_analyzer: VideoAnalyzer | None = None,
+        audio_analyzer: AudioAnalyzer | None = None,
+        metrics_interval_s: float = 1.0,
+        audio_queue_frames: int = 500,
+    ) -> None:
+        self.session_id = session_id
+        self.origin = origin
+        self.clock = clock
+        self.config = config
+        self.counts = MediaCounts()
+        self.tracks: list[str] = []
+        self._emit = emit
+        self._server_version = server_version
+        self._video_analyzer = video_analyzer or CountingOnlyVideoAnalyzer()
+        self._audio_analyzer = audio_analyzer or CountingOnlyAudioAnalyzer()
+        self._sampler = FpsSampler(config.video.target_fps)
+        self._slot = LatestFrameSlot()
+        self._audio_queue: asyncio.Queue[tuple[av.AudioFrame, float]] = asyncio.Queue(audio_queue_frames)
+        self._video_time = _TrackTime()
+        self._audio_time = _TrackTime()
+        self._metrics_interval_s = metrics_interval_s
+        self._metrics_timer: Timer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+        self._metrics = telemetry.PipelineMetrics(origin)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if not self.clock.virtual:
+            self._tasks.append(asyncio.create_task(self._video_worker(), name=f"{self.session_id}:video"))
+            self._tasks.append(asyncio.create_task(self._audio_worker(), name=f"{self.session_id}:audio"))
+        self._schedule_metrics()
+
+    async def close(self) -> None:
+        """Stop workers, flush queued audio (never dropped), and send the final counts."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._metrics_timer is not None:
+            self._metrics_timer.cancel()
+        if self._tasks:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._audio_queue.join(), timeout=5.0)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        self.send(Metrics, media=self.counts.model_copy(deep=True))
+
+    # ------------------------------------------------------------------ messages
+
+    def make(self, message_type: type[ServerMessage], **fields: Any) -> ServerMessage:
+        return message_type(session=self.session_id, ts=self.clock.now(), **fields)
+
+    def send(self, message_type: type[ServerMessage], **fields: Any) -> None:
+        try:
+            message = self.make(message_type, **fields)
+        except Exception:
+            log.exception("could not build %s message", message_type.__name__)
+            return
+        self.emit(message)
+
+    def emit(self, message: ServerMessage) -> None:
+        telemetry.MESSAGES_SENT.labels(type=message.type).inc()  # type: ignore[attr-defined]
+        self._emit(message)
+
+    def hello(self) -> None:
+        self.emit(self.hello_message())
+
+    def hello_message(self) -> ServerMessage:
+        return self.make(
+            Hello,
+            server=ServerInfo(version=self._server_version),
+            config=self.config,
+            tracks=list(self.tracks),
+            models={"video": self._video_analyzer.name, "audio": self._audio_analyzer.name},
+        )
+
+    def error(self, code: str, message: str, ref: str | None = None) -> None:
+        self.emit(self.error_message(code, message, ref))
+
+    def error_message(self, code: str, message: str, ref: str | None = None) -> ServerMessage:
+        telemetry.ERRORS.labels(code=code).inc()
+        return self.make(Error, code=code, message=message, ref=ref)
+
+    def apply_config(self, patch: SessionConfigPatch) -> SessionConfig:
+        self.config = self.config.merged(patch)
+        if self._sampler.target_fps != self.config.video.target_fps:
+            self._sampler.retarget(self.config.video.target_fps)
+        self.send(Event, name="config", data=self.config.model_dump())
+        return self.config
+
+    def _schedule_metrics(self) -> None:
+        def tick() -> None:
+            if self._closed:
+                return
+            self.send(Metrics, media=self.counts.model_copy(deep=True))
+            self._metrics_timer = self.clock.call_later(self._metrics_interval_s, tick)
+
+        self._metrics_timer = self.clock.call_later(self._metrics_interval_s, tick)
+
+    # ------------------------------------------------------------------ media in
+
+    def add_track(self, kind: str) -> None:
+        if kind not in self.tracks:
+            self.tracks.append(kind)
+
+    async def feed_video(self, frame: av.VideoFrame) -> None:
+        if self._closed:
+            return
+        pts = self._video_time.of(frame)
+        if self.clock.virtual:
+            self.clock.advance_to(pts)  # type: ignore[attr-defined]
+        self.counts.video.frames_in += 1
+        self._metrics.frames_in.inc()
+        if not self._sampler.due(pts):
+            return
+        self.counts.video.frames_sampled += 1
+        self._metrics.frames_sampled.inc()
+        sampled = SampledFrame(frame, pts, time.perf_counter())
+        if self.clock.virtual:
+            await self._analyze(sampled)
+        elif self._slot.put(sampled):
+            self.counts.video.frames_dropped += 1
+            self._metrics.frames_dropped.inc()
+
+    async def feed_audio(self, frame: av.AudioFrame) -> None:
+        if self._closed:
+            return
+        pts = self._audio_time.of(frame)
+        if self.clock.virtual:
+            self.clock.advance_to(pts)  # type: ignore[attr-defined]
+        self.counts.audio.frames_in += 1
+        self.counts.audio.samples_in += frame.samples
+        self.counts.audio.seconds_in = round(self.counts.audio.samples_in / (frame.sample_rate or 1), 6)
+        self._metrics.audio_frames_in.inc()
+        if self.clock.virtual:
+            await self._audio_analyzer.process(frame, pts)
+        else:
+            await self._audio_queue.put((frame, pts))  # backpressure, never a drop
+
+    # ------------------------------------------------------------------ workers
+
+    async def _analyze(self, sampled: SampledFrame) -> None:
+        queue_ms = (time.perf_counter() - sampled.sampled_at) * 1000.0
+        try:
+            result = await self._video_analyzer.analyze(sampled)
+        except Exception as error:  # a bad frame or model failure must not end the session
+            log.exception("video analysis failed in %s", self.session_id)
+            self.error("analysis_failed", f"video analysis failed: {error}")
+            return
+        self.counts.video.frames_analyzed += 1
+        self._metrics.frames_analyzed.inc()
+        if result is not None:
+            self.send(
+                Detections,
+                pts=round(sampled.pts, 6),
+                width=result.width,
+                height=result.height,
+                objects=result.objects,
+                inference_ms=round(result.inference_ms, 3),
+                queue_ms=0.0 if self.clock.virtual else round(queue_ms, 3),
+                model=result.model,
+            )
+
+    async def _video_worker(self) -> None:
+        while True:
+            await self._analyze(await self._slot.get())
+
+    async def _audio_worker(self) -> None:
+        while True:
+            frame, pts = await self._audio_queue.get()
+            try:
+                await self._audio_analyzer.process(frame, pts)
+            except Exception as error:
+                log.exception("audio processing failed in %s", self.session_id)
+                self.error("analysis_failed", f"audio processing failed: {error}")
+            finally:
+                self._audio_queue.task_done()
+
+
+async def pump_track(track: Any, feed: Callable[[Any], Awaitable[None]]) -> None:
+    """Receive frames from an aiortc track until it ends, feeding each into the pipeline."""
+    while True:
+        try:
+            frame = await track.recv()
+        except MediaStreamError:
+            return
+        await feed(frame)
+
+
+def handle_client_message(
+    pipeline: SessionPipeline,
+    raw: str | bytes,
+    max_bytes: int,
+    reply: MessageSink | None = None,
+) -> None:
+    """Apply one client message; anything wrong is answered with an ``error`` message, never raised.
+
+    ``reply`` receives errors and pongs (the sender only); config changes are announced to everyone.
+    """
+    answer = reply or pipeline.emit
+    if len(raw) > max_bytes:
+        answer(pipeline.error_message("message_too_large", f"message of {len(raw)} bytes exceeds {max_bytes}"))
+        return
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as error:
+        answer(pipeline.error_message("invalid_json", f"not valid JSON: {error}"))
+        return
+    ref = data.get("type") if isinstance(data, dict) and isinstance(data.get("type"), str) else None
+    try:
+        message = client_message_adapter.validate_python(data)
+    except ValidationError as error:
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in item['loc']) or '<message>'}: {item['msg']}" for item in error.errors()
+        )
+        answer(pipeline.error_message("invalid_message", details[:1000], ref=ref))
+        return
+    if isinstance(message, Ping):
+        answer(pipeline.make(Pong, id=message.id))
+    elif isinstance(message, ConfigRequest):
+        pipeline.apply_config(SessionConfigPatch.model_validate(message.model_dump(exclude={"v", "type"})))

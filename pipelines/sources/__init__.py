@@ -1,0 +1,1 @@
+"""Server-side media sources (RTSP cameras, recorded files)."""

@@ -1,0 +1,270 @@
+"""HTTP entrypoints: signaling, sessions, sources, health, metrics. One route table feeds both the router and
+``/openapi.json``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from aiohttp import WSMsgType, web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipelines.protocol import MediaCounts, SessionConfig, SessionConfigPatch
+from pipelines.session import handle_client_message
+from server import __version__
+from server.errors import ApiError, read_json_body
+from server.sessions import OfferRejected, SessionRegistry, serialize
+from server.sources import MediaPathError, SourceLimitReached, SourceManager, SourceRequest, Subscriber
+from server.state import SESSIONS, SETTINGS, SOURCES, WEBSOCKETS
+
+log = logging.getLogger(__name__)
+
+MAX_SDP_CHARS = 100_000
+
+
+# ---------------------------------------------------------------- bodies (also the OpenAPI schemas)
+
+
+class OfferRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sdp: str = Field(min_length=1, max_length=MAX_SDP_CHARS)
+    type: Literal["offer"]
+    options: SessionConfigPatch | None = Field(None, description="Per-session settings, e.g. video.target_fps.")
+
+
+class OfferResponse(BaseModel):
+    sdp: str
+    type: Literal["answer"] = "answer"
+    session_id: str
+
+
+class SessionInfo(BaseModel):
+    id: str
+    created_at: float
+    connection_state: str
+    tracks: list[str]
+    config: SessionConfig
+    counts: MediaCounts
+
+
+class SourceInfo(BaseModel):
+    id: str
+    kind: Literal["rtsp", "file"]
+    location: str
+    name: str | None
+    state: str
+    state_detail: dict[str, Any]
+    realtime: bool
+    loop: bool
+    created_at: float
+    subscribers: int
+    config: SessionConfig
+    counts: MediaCounts
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionInfo]
+
+
+class SourceList(BaseModel):
+    sources: list[SourceInfo]
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    version: str
+    sessions: int
+    sources: int
+
+
+def _json(model: BaseModel, status: int = 200) -> web.Response:
+    return web.json_response(text=model.model_dump_json(), status=status)
+
+
+# ---------------------------------------------------------------- handlers
+
+
+def _sessions(request: web.Request) -> SessionRegistry:
+    return request.app[SESSIONS]
+
+
+def _sources(request: web.Request) -> SourceManager:
+    return request.app[SOURCES]
+
+
+async def offer(request: web.Request) -> web.Response:
+    body: OfferRequest = await read_json_body(request, OfferRequest)
+    settings = request.app[SETTINGS]
+    try:
+        config = settings.session_defaults()
+        if body.options is not None:
+            config = config.merged(body.options)
+        session, answer = await _sessions(request).open(body.sdp, config)
+    except OfferRejected as rejected:
+        raise ApiError(rejected.status, rejected.code, rejected.message) from None
+    return _json(OfferResponse(sdp=answer.sdp, session_id=session.id))
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    infos = [SessionInfo.model_validate(s.describe()) for s in _sessions(request).sessions.values()]
+    return _json(SessionList(sessions=infos))
+
+
+def _session_or_404(request: web.Request):
+    session = _sessions(request).get(request.match_info["session_id"])
+    if session is None:
+        raise ApiError(404, "not_found", "no such session")
+    return session
+
+
+async def get_session(request: web.Request) -> web.Response:
+    return _json(SessionInfo.model_validate(_session_or_404(request).describe()))
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    session = _session_or_404(request)
+    await _sessions(request).close(session.id)
+    return web.Response(status=204)
+
+
+async def create_source(request: web.Request) -> web.Response:
+    body: SourceRequest = await read_json_body(request, SourceRequest)
+    try:
+        source = _sources(request).start(body)
+    except MediaPathError as error:
+        raise ApiError(403 if "outside" in str(error) else 400, "invalid_path", str(error)) from None
+    except SourceLimitReached as error:
+        raise ApiError(429, "too_many_sources", str(error)) from None
+    return _json(SourceInfo.model_validate(source.describe()), status=201)
+
+
+async def list_sources(request: web.Request) -> web.Response:
+    infos = [SourceInfo.model_validate(s.describe()) for s in _sources(request).sources.values()]
+    return _json(SourceList(sources=infos))
+
+
+def _source_or_404(request: web.Request):
+    source = _sources(request).get(request.match_info["source_id"])
+    if source is None:
+        raise ApiError(404, "not_found", "no such source")
+    return source
+
+
+async def get_source(request: web.Request) -> web.Response:
+    return _json(SourceInfo.model_validate(_source_or_404(request).describe()))
+
+
+async def delete_source(request: web.Request) -> web.Response:
+    source = _source_or_404(request)
+    await _sources(request).stop(source.id)
+    return web.Response(status=204)
+
+
+async def source_results(request: web.Request) -> web.WebSocketResponse:
+    """The source's messages as WebSocket text frames; client messages (config, ping) are accepted too."""
+    source = _source_or_404(request)
+    settings = request.app[SETTINGS]
+    ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=settings.webrtc.max_message_bytes)
+    await ws.prepare(request)
+    subscriber = Subscriber(settings.sessions.outbound_queue_messages)
+    subscriber.offer(serialize(source.pipeline.hello_message()))
+    if source.last_state is not None:
+        subscriber.offer(serialize(source.last_state))
+    source.subscribers.add(subscriber)
+    request.app[WEBSOCKETS].add(ws)
+
+    async def forward() -> None:
+        while True:
+            text = await subscriber.queue.get()
+            if text is None:
+                return
+            await ws.send_str(text)
+            if subscriber.overflowed and subscriber.queue.empty():
+                await ws.close(code=1008, message=b"slow consumer: message queue full")
+                return
+
+    sender = asyncio.create_task(forward(), name=f"{source.id}:ws")
+    try:
+        async for msg in ws:
+            if msg.type == WSMsgType.TEXT:
+                handle_client_message(source.pipeline, msg.data, settings.webrtc.max_message_bytes,
+                                      reply=lambda m: subscriber.offer(serialize(m)))
+            elif msg.type == WSMsgType.BINARY:
+                subscriber.offer(serialize(source.pipeline.error_message("invalid_message", "send text frames")))
+            if sender.done():
+                break
+    finally:
+        source.subscribers.discard(subscriber)
+        request.app[WEBSOCKETS].discard(ws)
+        if not sender.done():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(sender), timeout=1.0)  # deliver the goodbye
+        sender.cancel()
+        await ws.close()
+    return ws
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return _json(Health(version=__version__, sessions=len(_sessions(request)), sources=len(_sources(request))))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    from server.openapi import build_openapi
+
+    return web.json_response(build_openapi(ROUTES))
+
+
+# ---------------------------------------------------------------- the route table
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Any
+    summary: str
+    body: type[BaseModel] | None = None
+    response: type[BaseModel] | None = None
+    status: int = 200
+    errors: tuple[int, ...] = ()
+    content_type: str = "application/json"
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/offer", offer, "Answer a WebRTC offer and open a session", OfferRequest, OfferResponse,
+          errors=(400, 401, 413, 415, 422, 429)),
+    Route("GET", "/api/sessions", list_sessions, "List sessions", response=SessionList, errors=(401,)),
+    Route("GET", "/api/sessions/{session_id}", get_session, "One session", response=SessionInfo,
+          errors=(401, 404)),
+    Route("DELETE", "/api/sessions/{session_id}", delete_session, "Close a session and free what it held",
+          status=204, errors=(401, 404)),
+    Route("POST", "/api/sources", create_source, "Start a server-side source (RTSP URL or media file)",
+          SourceRequest, SourceInfo, status=201, errors=(400, 401, 403, 413, 415, 422, 429)),
+    Route("GET", "/api/sources", list_sources, "List server-side sources", response=SourceList,
+          errors=(401,)),
+    Route("GET", "/api/sources/{source_id}", get_source, "One source", response=SourceInfo, errors=(401, 404)),
+    Route("DELETE", "/api/sources/{source_id}", delete_source, "Stop a source (in any state)", status=204,
+          errors=(401, 404)),
+    Route("GET", "/api/sources/{source_id}/results", source_results,
+          "WebSocket: the source's protocol messages (upgrade required)", status=101, errors=(401, 404)),
+    Route("GET", "/healthz", healthz, "Liveness", response=Health, errors=(401,)),
+    Route("GET", "/metrics", metrics, "Prometheus metrics", errors=(401,), content_type=CONTENT_TYPE_LATEST),
+    Route("GET", "/openapi.json", openapi, "This document", errors=(401,)),
+)

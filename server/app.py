@@ -1,0 +1,64 @@
+"""The aiohttp application: middlewares, routes, dashboard files, and an orderly shutdown."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from server.api import ROUTES
+from server.auth import auth_middleware
+from server.config import Settings
+from server.errors import ApiError, json_errors
+from server.ice import restrict_host_addresses
+from server.sessions import Analyzers, SessionRegistry
+from server.sources import SourceManager
+from server.state import SESSIONS, SETTINGS, SOURCES, WEBSOCKETS
+
+log = logging.getLogger(__name__)
+
+
+async def _index(request: web.Request) -> web.StreamResponse:
+    index = request.app[SETTINGS].server.web_root / "index.html"
+    if not index.is_file():
+        raise ApiError(404, "not_found", "dashboard files not found (server.web_root)")
+    return web.FileResponse(index)
+
+
+def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Application:
+    restrict_host_addresses(settings.webrtc.host_addresses)
+    token = settings.auth.token.get_secret_value() if settings.auth.token else None
+    app = web.Application(
+        middlewares=[json_errors, auth_middleware(token)],
+        client_max_size=settings.server.max_body_bytes,
+    )
+    app[SETTINGS] = settings
+    app[SESSIONS] = SessionRegistry(settings, analyzers)
+    app[SOURCES] = SourceManager(settings, analyzers)
+    app[WEBSOCKETS] = set()
+    for route in ROUTES:
+        app.router.add_route(route.method, route.path, route.handler)
+    app.router.add_get("/", _index)
+    if settings.server.web_root.is_dir():
+        app.router.add_static("/static/", settings.server.web_root)
+
+    async def shutdown(app: web.Application) -> None:
+        for ws in list(app[WEBSOCKETS]):
+            await ws.close(code=1001, message=b"server shutting down")
+        await app[SOURCES].stop_all()
+        await app[SESSIONS].close_all()
+
+    app.on_shutdown.append(shutdown)
+    return app
+
+
+def run(settings: Settings, analyzers: Analyzers | None = None) -> None:
+    app = create_app(settings, analyzers)
+    log.info("Vigil listening on http://%s:%s/", settings.server.host, settings.server.port)
+    web.run_app(
+        app,
+        host=settings.server.host,
+        port=settings.server.port,
+        shutdown_timeout=settings.server.shutdown_timeout_s,
+        print=lambda text: print(text, flush=True),
+    )

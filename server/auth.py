@@ -1,0 +1,37 @@
+"""Bearer-token auth: when ``auth.token`` is set, every API endpoint requires it."""
+
+from __future__ import annotations
+
+import hmac
+
+from aiohttp import web
+
+from server.errors import ApiError, Handler
+
+# The dashboard's own files must load without a token: the page is what asks the user for it.
+PUBLIC_PREFIXES = ("/static/",)
+PUBLIC_PATHS = frozenset({"/", "/index.html", "/favicon.ico"})
+
+
+def presented_token(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip()
+    # Browsers cannot set headers on WebSocket upgrades; accept a query parameter too.
+    return request.query.get("token")
+
+
+def auth_middleware(token: str | None):
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if token is None or request.path in PUBLIC_PATHS or request.path.startswith(PUBLIC_PREFIXES):
+            return await handler(request)
+        given = presented_token(request)
+        if given is None:
+            raise ApiError(401, "unauthorized", "missing token: send 'Authorization: Bearer <token>'",
+                           headers={"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            raise ApiError(401, "unauthorized", "wrong token", headers={"WWW-Authenticate": "Bearer"})
+        return await handler(request)
+
+    return check

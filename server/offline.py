@@ -1,0 +1,48 @@
+"""``vigil analyze``: the pipelines over a file with no network, as fast as possible, on a virtual clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pipelines.clock import VirtualClock
+from pipelines.protocol import Event, ServerMessage
+from pipelines.session import SessionPipeline
+from pipelines.sources.container import ContainerSource, SourceState
+from server import __version__
+from server.config import Settings
+from server.sessions import Analyzers
+
+
+async def analyze_file(
+    path: Path,
+    settings: Settings,
+    write: Callable[[ServerMessage], None],
+    analyzers: Analyzers | None = None,
+    on_progress: Callable[[float, float | None], None] | None = None,
+) -> SourceState:
+    """Run the session pipeline over ``path``; every message goes to ``write``. Deterministic."""
+    analyzers = analyzers or Analyzers()
+    pipeline = SessionPipeline(
+        path.stem,
+        origin="file",
+        clock=VirtualClock(),
+        emit=write,
+        config=settings.session_defaults(),
+        server_version=__version__,
+        video_analyzer=analyzers.video() if analyzers.video else None,
+        audio_analyzer=analyzers.audio() if analyzers.audio else None,
+        metrics_interval_s=settings.sessions.metrics_interval_s,
+    )
+
+    def on_state(state: SourceState, detail: dict) -> None:
+        if state == SourceState.LIVE:
+            pipeline.hello()
+        pipeline.send(Event, name="source.state", data={"state": state.value, **detail})
+
+    reader = ContainerSource(str(path), pipeline, kind="file", realtime=False, on_state=on_state,
+                             on_progress=on_progress)
+    pipeline.start()
+    await reader.start()
+    await pipeline.close()
+    return reader.state

@@ -1,0 +1,69 @@
+"""``/openapi.json``: built from the route table and the pydantic body models, so it cannot drift."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from server import __version__
+
+
+def build_openapi(routes: Iterable[Any]) -> dict[str, Any]:
+    from server.api import ErrorBody
+
+    routes = list(routes)
+    models: set[type[BaseModel]] = {ErrorBody}
+    for route in routes:
+        models.update(m for m in (route.body, route.response) if m is not None)
+    _, schemas = models_json_schema(
+        [(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
+        ref_template="#/components/schemas/{model}",
+    )
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        operation: dict[str, Any] = {
+            "summary": route.summary,
+            "operationId": route.handler.__name__,
+            "responses": {},
+        }
+        params = [part[1:-1] for part in route.path.split("/") if part.startswith("{")]
+        if params:
+            operation["parameters"] = [
+                {"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params
+            ]
+        if route.body is not None:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{route.body.__name__}"}}},
+            }
+        ok: dict[str, Any] = {"description": "OK" if route.status < 300 else "Switching protocols"}
+        if route.status == 204:
+            ok["description"] = "No content"
+        elif route.response is not None:
+            ok["content"] = {
+                route.content_type: {"schema": {"$ref": f"#/components/schemas/{route.response.__name__}"}}
+            }
+        elif route.status != 101:
+            ok["content"] = {route.content_type: {"schema": {}}}
+        operation["responses"][str(route.status)] = ok
+        for status in route.errors:
+            operation["responses"][str(status)] = {
+                "description": "Error",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+            }
+        paths.setdefault(route.path, {})[route.method.lower()] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Vigil", "version": __version__,
+                 "description": "Real-time multimodal stream analysis server. Data-channel protocol: "
+                                "docs/protocol.md."},
+        "components": {
+            "schemas": schemas.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+        "paths": paths,
+    }

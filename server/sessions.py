@@ -1,0 +1,197 @@
+"""WebRTC sessions: one peer connection, its tracks pumped into one pipeline, results on the data channel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc.rtcdatachannel import RTCDataChannel
+
+from pipelines.clock import WallClock
+from pipelines.protocol import ServerMessage, SessionConfig
+from pipelines.session import AudioAnalyzer, SessionPipeline, VideoAnalyzer, handle_client_message, pump_track
+from server import __version__
+from server.config import Settings
+from server.metrics import SESSIONS
+
+log = logging.getLogger(__name__)
+
+RESULTS_LABEL = "results"
+
+
+@dataclass
+class Analyzers:
+    """Factories for the analysers each new pipeline gets; None means the counting-only seams."""
+
+    video: Callable[[], VideoAnalyzer] | None = None
+    audio: Callable[[], AudioAnalyzer] | None = None
+
+
+class OfferRejected(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def serialize(message: ServerMessage) -> str:
+    return message.model_dump_json(exclude_none=True)
+
+
+@dataclass
+class WebRTCSession:
+    id: str
+    pc: RTCPeerConnection
+    pipeline: SessionPipeline
+    max_message_bytes: int
+    created_at: float = field(default_factory=time.time)
+    channel: RTCDataChannel | None = None
+    pending: deque[str] = field(default_factory=lambda: deque(maxlen=1000))
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    closed: bool = False
+
+    def emit(self, message: ServerMessage) -> None:
+        text = serialize(message)
+        if self.channel is not None and self.channel.readyState == "open":
+            self.channel.send(text)
+        else:  # before the channel opens: kept (bounded) and flushed on open
+            self.pending.append(text)
+
+    def attach_channel(self, channel: RTCDataChannel) -> None:
+        self.channel = channel
+
+        @channel.on("message")
+        def on_message(raw: str | bytes) -> None:
+            handle_client_message(self.pipeline, raw, self.max_message_bytes)
+
+        self.pipeline.hello()
+        while self.pending and channel.readyState == "open":
+            channel.send(self.pending.popleft())
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "created_at": self.created_at,
+            "connection_state": self.pc.connectionState,
+            "tracks": list(self.pipeline.tracks),
+            "config": self.pipeline.config.model_dump(),
+            "counts": self.pipeline.counts.model_dump(),
+        }
+
+
+class SessionRegistry:
+    def __init__(self, settings: Settings, analyzers: Analyzers | None = None) -> None:
+        self.settings = settings
+        self.analyzers = analyzers or Analyzers()
+        self.sessions: dict[str, WebRTCSession] = {}
+
+    def __len__(self) -> int:
+        return len(self.sessions)
+
+    def get(self, session_id: str) -> WebRTCSession | None:
+        return self.sessions.get(session_id)
+
+    def _rtc_configuration(self) -> RTCConfiguration:
+        servers = [
+            RTCIceServer(
+                urls=s.urls,
+                username=s.username,
+                credential=s.credential.get_secret_value() if s.credential else None,
+            )
+            for s in self.settings.webrtc.ice_servers
+        ]
+        return RTCConfiguration(iceServers=servers)
+
+    async def open(self, sdp: str, config: SessionConfig) -> tuple[WebRTCSession, RTCSessionDescription]:
+        """Answer an offer; raises OfferRejected (never leaves a half-open session behind)."""
+        if len(self.sessions) >= self.settings.sessions.max_sessions:
+            raise OfferRejected(429, "too_many_sessions",
+                                f"session limit reached ({self.settings.sessions.max_sessions})")
+        if "m=application" not in sdp:
+            raise OfferRejected(400, "no_data_channel",
+                                f"the offer has no data channel: create one labelled '{RESULTS_LABEL}' first")
+        session_id = uuid.uuid4().hex[:12]
+        pc = RTCPeerConnection(self._rtc_configuration())
+        holder: dict[str, WebRTCSession] = {}
+        pipeline = SessionPipeline(
+            session_id,
+            origin="webrtc",
+            clock=WallClock(),
+            emit=lambda message: holder["session"].emit(message),
+            config=config,
+            server_version=__version__,
+            video_analyzer=self.analyzers.video() if self.analyzers.video else None,
+            audio_analyzer=self.analyzers.audio() if self.analyzers.audio else None,
+            metrics_interval_s=self.settings.sessions.metrics_interval_s,
+            audio_queue_frames=self.settings.sessions.audio_queue_frames,
+        )
+        session = WebRTCSession(session_id, pc, pipeline, self.settings.webrtc.max_message_bytes)
+        holder["session"] = session
+
+        @pc.on("track")
+        def on_track(track: Any) -> None:
+            if track.kind not in ("audio", "video"):
+                return
+            pipeline.add_track(track.kind)
+            feed = pipeline.feed_video if track.kind == "video" else pipeline.feed_audio
+            session.tasks.append(asyncio.create_task(pump_track(track, feed), name=f"{session_id}:pump"))
+
+        @pc.on("datachannel")
+        def on_datachannel(channel: RTCDataChannel) -> None:
+            if channel.label == RESULTS_LABEL and session.channel is None:
+                session.attach_channel(channel)
+
+        @pc.on("connectionstatechange")
+        async def on_state() -> None:
+            if pc.connectionState in ("failed", "closed"):
+                await self.close(session_id)
+
+        try:
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
+            answer = await pc.createAnswer()
+            await pc.setLocalDescription(answer)
+        except Exception as error:  # aiortc raises ValueError, KeyError, ... on bad SDP
+            await pc.close()
+            for task in session.tasks:
+                task.cancel()
+            raise OfferRejected(400, "invalid_sdp", f"cannot use this offer: {error!r}"[:500]) from None
+
+        self.sessions[session_id] = session
+        SESSIONS.set(len(self.sessions))
+        pipeline.start()
+        session.tasks.append(asyncio.create_task(self._expire_unconnected(session), name=f"{session_id}:expiry"))
+        log.info("session %s opened (tracks: %s)", session_id, pipeline.tracks)
+        return session, pc.localDescription
+
+    async def _expire_unconnected(self, session: WebRTCSession) -> None:
+        await asyncio.sleep(self.settings.webrtc.connect_timeout_s)
+        if session.pc.connectionState != "connected":
+            log.info("session %s never connected; closing", session.id)
+            await self.close(session.id)
+
+    async def close(self, session_id: str) -> bool:
+        session = self.sessions.pop(session_id, None)
+        if session is None or session.closed:
+            return False
+        session.closed = True
+        SESSIONS.set(len(self.sessions))
+        current = asyncio.current_task()
+        for task in session.tasks:
+            if task is not current:
+                task.cancel()
+        await asyncio.gather(*(t for t in session.tasks if t is not current), return_exceptions=True)
+        await session.pipeline.close()
+        with contextlib.suppress(Exception):
+            await session.pc.close()
+        log.info("session %s closed", session_id)
+        return True
+
+    async def close_all(self) -> None:
+        await asyncio.gather(*(self.close(sid) for sid in list(self.sessions)))

@@ -1,0 +1,231 @@
+"""Server-side sources (RTSP cameras, files under the media root): the same pipeline as a WebRTC session,
+with results fanned out to WebSocket subscribers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from pipelines.clock import WallClock
+from pipelines.protocol import Event, ServerMessage, SessionConfigPatch
+from pipelines.session import SessionPipeline
+from pipelines.sources.container import ContainerSource, ReaderSettings, SourceState
+from server import __version__
+from server.config import Settings
+from server.metrics import SOURCE_STATES, SOURCES
+from server.sessions import Analyzers, serialize
+
+log = logging.getLogger(__name__)
+
+
+class SourceRequest(BaseModel):
+    """Body of ``POST /api/sources``: exactly one of ``url`` (rtsp/rtsps) or ``path`` (under the media root)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = Field(None, max_length=2048, description="rtsp:// or rtsps:// camera URL.")
+    path: str | None = Field(None, max_length=4096, description="File path relative to sources.media_root.")
+    name: str | None = Field(None, max_length=200)
+    realtime: bool = Field(True, description="Files: paced by timestamps (false: as fast as possible).")
+    loop: bool = Field(False, description="Files: start again at the end.")
+    options: SessionConfigPatch | None = None
+
+    @model_validator(mode="after")
+    def _one_location(self) -> SourceRequest:
+        if (self.url is None) == (self.path is None):
+            raise ValueError("give exactly one of 'url' or 'path'")
+        if self.url is not None and urlsplit(self.url).scheme.lower() not in ("rtsp", "rtsps"):
+            raise ValueError("url must be rtsp:// or rtsps://")
+        return self
+
+
+class MediaPathError(ValueError):
+    pass
+
+
+def resolve_media_path(media_root: Path, requested: str) -> Path:
+    """The real file ``requested`` names inside ``media_root``; anything that escapes it is refused."""
+    root = media_root.resolve()
+    candidate = Path(requested)
+    if "\x00" in requested:
+        raise MediaPathError("path contains a NUL byte")
+    full = (candidate if candidate.is_absolute() else root / candidate)
+    try:
+        real = full.resolve(strict=True)  # follows symlinks, so a link pointing outside is caught below
+    except (FileNotFoundError, NotADirectoryError):
+        raise MediaPathError(f"no such file under the media root: {requested}") from None
+    except (OSError, RuntimeError) as error:
+        raise MediaPathError(f"cannot resolve path: {error}") from None
+    if not real.is_relative_to(root):
+        raise MediaPathError("path is outside the media root")
+    if not real.is_file():
+        raise MediaPathError("path is not a regular file")
+    return real
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for listings and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class Subscriber:
+    """One WebSocket watcher: a bounded queue; a consumer too slow to keep up is disconnected, not starved."""
+
+    def __init__(self, capacity: int) -> None:
+        self.queue: asyncio.Queue[str | None] = asyncio.Queue(capacity)
+        self.overflowed = False
+
+    def offer(self, text: str) -> None:
+        if self.overflowed:
+            return
+        try:
+            self.queue.put_nowait(text)
+        except asyncio.QueueFull:
+            self.overflowed = True
+
+    def close(self) -> None:
+        if not self.overflowed:
+            try:
+                self.queue.put_nowait(None)
+            except asyncio.QueueFull:
+                self.overflowed = True
+
+
+@dataclass
+class ManagedSource:
+    id: str
+    kind: Literal["rtsp", "file"]
+    location: str  # shown to users: URL without password, or the path relative to the media root
+    name: str | None
+    pipeline: SessionPipeline
+    reader: ContainerSource | None = None
+    created_at: float = field(default_factory=time.time)
+    subscribers: set[Subscriber] = field(default_factory=set)
+    last_state: ServerMessage | None = None
+
+    def publish(self, message: ServerMessage) -> None:
+        text = serialize(message)
+        for subscriber in list(self.subscribers):
+            subscriber.offer(text)
+
+    def describe(self) -> dict[str, Any]:
+        assert self.reader is not None
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "location": self.location,
+            "name": self.name,
+            "state": self.reader.state.value,
+            "state_detail": self.reader.state_detail,
+            "realtime": self.reader.realtime,
+            "loop": self.reader.loop,
+            "created_at": self.created_at,
+            "subscribers": len(self.subscribers),
+            "config": self.pipeline.config.model_dump(),
+            "counts": self.pipeline.counts.model_dump(),
+        }
+
+
+class SourceLimitReached(Exception):
+    pass
+
+
+class SourceManager:
+    def __init__(self, settings: Settings, analyzers: Analyzers | None = None) -> None:
+        self.settings = settings
+        self.analyzers = analyzers or Analyzers()
+        self.sources: dict[str, ManagedSource] = {}
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def get(self, source_id: str) -> ManagedSource | None:
+        return self.sources.get(source_id)
+
+    def reader_settings(self) -> ReaderSettings:
+        s = self.settings.sources
+        return ReaderSettings(
+            rtsp_transport=s.rtsp_transport,
+            open_timeout_s=s.open_timeout_s,
+            read_timeout_s=s.read_timeout_s,
+            reconnect_initial_s=s.reconnect_initial_s,
+            reconnect_max_s=s.reconnect_max_s,
+        )
+
+    def start(self, request: SourceRequest) -> ManagedSource:
+        """Validate and start a source; raises MediaPathError or SourceLimitReached."""
+        if len(self.sources) >= self.settings.sessions.max_sources:
+            raise SourceLimitReached(f"source limit reached ({self.settings.sessions.max_sources})")
+        if request.path is not None:
+            root = self.settings.sources.media_root
+            real = resolve_media_path(root, request.path)
+            kind: Literal["rtsp", "file"] = "file"
+            target, shown = str(real), str(real.relative_to(root.resolve()))
+        else:
+            assert request.url is not None
+            kind, target, shown = "rtsp", request.url, redact_url(request.url)
+        source_id = uuid.uuid4().hex[:12]
+        config = self.settings.session_defaults()
+        if request.options is not None:
+            config = config.merged(request.options)
+        holder: dict[str, ManagedSource] = {}
+        pipeline = SessionPipeline(
+            source_id,
+            origin=kind,
+            clock=WallClock(),
+            emit=lambda message: holder["source"].publish(message),
+            config=config,
+            server_version=__version__,
+            video_analyzer=self.analyzers.video() if self.analyzers.video else None,
+            audio_analyzer=self.analyzers.audio() if self.analyzers.audio else None,
+            metrics_interval_s=self.settings.sessions.metrics_interval_s,
+            audio_queue_frames=self.settings.sessions.audio_queue_frames,
+        )
+        source = ManagedSource(source_id, kind, shown, request.name, pipeline)
+        holder["source"] = source
+
+        def on_state(state: SourceState, detail: dict[str, Any]) -> None:
+            SOURCE_STATES.labels(state=state.value).inc()
+            message = pipeline.make(Event, name="source.state", data={"state": state.value, **detail})
+            source.last_state = message
+            pipeline.emit(message)
+
+        source.reader = ContainerSource(
+            target, pipeline, kind=kind, realtime=request.realtime, loop=request.loop,
+            settings=self.reader_settings(), on_state=on_state,
+        )
+        self.sources[source_id] = source
+        SOURCES.set(len(self.sources))
+        pipeline.start()
+        source.reader.start()
+        log.info("source %s started: %s %s", source_id, kind, shown)
+        return source
+
+    async def stop(self, source_id: str) -> bool:
+        source = self.sources.pop(source_id, None)
+        if source is None:
+            return False
+        SOURCES.set(len(self.sources))
+        if source.reader is not None:
+            await source.reader.stop()
+        await source.pipeline.close()
+        for subscriber in list(source.subscribers):
+            subscriber.close()
+        log.info("source %s stopped", source_id)
+        return True
+
+    async def stop_all(self) -> None:
+        await asyncio.gather(*(self.stop(sid) for sid in list(self.sources)))

@@ -1,0 +1,79 @@
+"""Shared fixtures: a real Vigil server on loopback, test media made on the spot.
+
+Network tests run inside a private network namespace (``make test`` wraps pytest in ``unshare -n``), so
+nothing can leave the machine; ICE is limited to 127.0.0.1 through ``webrtc.host_addresses``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from server.app import create_app
+from server.config import Settings, load_settings
+from server.sessions import Analyzers
+from server.state import SESSIONS, SOURCES
+from tests.support.media import make_clip
+
+os.environ.setdefault("YOLO_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("media")
+    make_clip(root / "clip.mp4", seconds=2.0)
+    make_clip(root / "long.mp4", seconds=6.0)
+    return root
+
+
+@dataclass
+class RunningServer:
+    url: str
+    app: web.Application
+    settings: Settings
+
+    @property
+    def sessions(self) -> Any:
+        return self.app[SESSIONS]
+
+    @property
+    def sources(self) -> Any:
+        return self.app[SOURCES]
+
+
+ServerFactory = Callable[..., "asyncio.Future[RunningServer]"]
+
+
+@pytest.fixture
+async def vigil(clip_dir: Path) -> AsyncIterator[Callable[..., Any]]:
+    """Start a real server: ``await vigil(**overrides)`` -> RunningServer; all are stopped afterwards."""
+    runners: list[web.AppRunner] = []
+
+    async def start(analyzers: Analyzers | None = None, **overrides: Any) -> RunningServer:
+        base: dict[str, Any] = {
+            "webrtc": {"host_addresses": ["127.0.0.1"]},
+            "sources": {"media_root": str(clip_dir), "reconnect_initial_s": 0.2, "reconnect_max_s": 1.0},
+            "sessions": {"metrics_interval_s": 0.5},
+        }
+        for section, values in overrides.items():
+            base.setdefault(section, {}).update(values)
+        settings = load_settings(None, base)
+        app = create_app(settings, analyzers)
+        runner = web.AppRunner(app, shutdown_timeout=2.0)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        port = runner.addresses[0][1]
+        return RunningServer(f"http://127.0.0.1:{port}", app, settings)
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
