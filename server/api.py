@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -189,7 +188,8 @@ async def source_results(request: web.Request) -> web.WebSocketResponse:
     async def forward() -> None:
         while True:
             text = await subscriber.queue.get()
-            if text is None:
+            if text is None:  # the source was stopped
+                await ws.close(code=1000, message=b"source stopped")
                 return
             await ws.send_str(text)
             if subscriber.overflowed and subscriber.queue.empty():
@@ -204,14 +204,9 @@ async def source_results(request: web.Request) -> web.WebSocketResponse:
                                       reply=lambda m: subscriber.offer(serialize(m)))
             elif msg.type == WSMsgType.BINARY:
                 subscriber.offer(serialize(source.pipeline.error_message("invalid_message", "send text frames")))
-            if sender.done():
-                break
     finally:
         source.subscribers.discard(subscriber)
         request.app[WEBSOCKETS].discard(ws)
-        if not sender.done():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(sender), timeout=1.0)  # deliver the goodbye
         sender.cancel()
         await ws.close()
     return ws

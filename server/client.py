@@ -46,7 +46,8 @@ class VigilClient:
         message = json.loads(raw)
         if self.on_message is not None:
             self.on_message(message, arrived)
-        self.messages.put_nowait(message)
+        else:  # queued only for next_message(); a callback consumer keeps memory flat on long runs
+            self.messages.put_nowait(message)
 
     async def connect(self, tracks: Iterable[MediaStreamTrack] = (), timeout: float = 20.0) -> str:
         for track in tracks:
@@ -116,14 +117,19 @@ async def replay(path: str, url: str, token: str | None = None, options: dict[st
 
     for track in tracks:
         track.on("ended", lambda t=track: track_ended(t))
-    client.on_message = lambda message, _: emit(message)
-    await client.connect(tracks)
     count = 0
+
+    def on_message(message: dict[str, Any], _: float) -> None:
+        nonlocal count
+        count += 1
+        emit(message)
+
+    client.on_message = on_message
+    await client.connect(tracks)
     try:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(ended.wait(), max_seconds)
         await asyncio.sleep(1.0)  # results of the last frames are still in flight
     finally:
         await client.close()
-        count = client.messages.qsize()
     return count

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.rtcdatachannel import RTCDataChannel
+from aiortc.sdp import SessionDescription
 
 from pipelines.clock import WallClock
 from pipelines.protocol import ServerMessage, SessionConfig
@@ -114,7 +115,13 @@ class SessionRegistry:
         if len(self.sessions) >= self.settings.sessions.max_sessions:
             raise OfferRejected(429, "too_many_sessions",
                                 f"session limit reached ({self.settings.sessions.max_sessions})")
-        if "m=application" not in sdp:
+        try:
+            parsed = SessionDescription.parse(sdp)
+        except Exception as error:  # aiortc's parser raises ValueError, IndexError, ... on garbage
+            raise OfferRejected(400, "invalid_sdp", f"cannot parse the SDP: {error!r}"[:500]) from None
+        if not sdp.lstrip().startswith("v=0") or not parsed.media:
+            raise OfferRejected(400, "invalid_sdp", "the SDP has no media sections")
+        if not any(media.kind == "application" for media in parsed.media):
             raise OfferRejected(400, "no_data_channel",
                                 f"the offer has no data channel: create one labelled '{RESULTS_LABEL}' first")
         session_id = uuid.uuid4().hex[:12]

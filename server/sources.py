@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipelines.clock import WallClock
+from pipelines.clock import Clock, VirtualClock, WallClock
 from pipelines.protocol import Event, ServerMessage, SessionConfigPatch
 from pipelines.session import SessionPipeline
 from pipelines.sources.container import ContainerSource, ReaderSettings, SourceState
@@ -182,10 +182,12 @@ class SourceManager:
         if request.options is not None:
             config = config.merged(request.options)
         holder: dict[str, ManagedSource] = {}
+        # As-fast-as-possible replay runs on media time, so two runs over one file give identical results.
+        clock: Clock = VirtualClock() if kind == "file" and not request.realtime else WallClock()
         pipeline = SessionPipeline(
             source_id,
             origin=kind,
-            clock=WallClock(),
+            clock=clock,
             emit=lambda message: holder["source"].publish(message),
             config=config,
             server_version=__version__,

@@ -42,6 +42,11 @@ async def test_stream_file_gets_hello_and_counts_then_delete_frees_everything(vi
             info = await response.json()
         assert info["counts"]["video"]["frames_in"] > 0
         assert _session_tasks(session_id), "the session should own running tasks"
+        async with http.get(f"{server.url}/metrics") as response:
+            exposition = await response.text()
+        assert "vigil_sessions 1.0" in exposition
+        assert 'vigil_frames_total{kind="video",origin="webrtc",stage="in"}' in exposition
+        assert 'vigil_messages_sent_total{type="hello"}' in exposition
 
         async with http.delete(f"{server.url}/api/sessions/{session_id}") as response:
             assert response.status == 204
