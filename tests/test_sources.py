@@ -68,7 +68,7 @@ async def test_file_source_realtime_streams_results_over_websocket(vigil):
             await watcher.state("stopped")
             final = await watcher.next(lambda m: m["type"] == "metrics")
             assert final["media"]["video"]["frames_in"] == 30
-            assert (await ws.receive()).type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            assert (await ws.receive(timeout=10)).type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
         async with http.get(f"{server.url}/api/sources") as response:
             assert (await response.json())["sources"] == []
 

@@ -1,0 +1,24 @@
+# `make run` and `make test` do all set-up themselves (apt packages + .venv, via scripts/setup.sh).
+# Extra arguments: make test ARGS="-k foo"   make run ARGS="--port 9000"
+SHELL := /bin/bash
+ARGS ?=
+
+.PHONY: run test setup lint bench clean
+
+run:    ## set up, then serve with the default config (dashboard http://127.0.0.1:8080/)
+	bash scripts/run.sh $(ARGS)
+
+test:   ## set up, lint, then the whole suite in a private network namespace
+	bash scripts/test.sh $(ARGS)
+
+setup:  ## install system packages and the venv (idempotent, stamped)
+	bash scripts/setup.sh
+
+lint: setup
+	.venv/bin/ruff check .
+
+bench:  ## transport benchmark, same offline sandbox as the tests
+	bash scripts/test.sh --exec .venv/bin/python -m bench.transport $(ARGS)
+
+clean:  ## remove the venv and the set-up stamps (next run reinstalls)
+	rm -rf .venv .cache/setup
