@@ -240,6 +240,9 @@ class FrameCodeAnalyzer:
     def __init__(self, on_undecodable: Callable[[], None]) -> None:
         self._on_undecodable = on_undecodable
 
+    def configure(self, config: object) -> None:
+        return None  # no zones or rates to follow
+
     async def analyze(self, sampled: SampledFrame) -> DetectionResult | None:
         started = time.perf_counter()
         frame_id = decode_frame_id(sampled.frame)

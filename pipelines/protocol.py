@@ -22,8 +22,28 @@ class _Strict(BaseModel):
 # ---------------------------------------------------------------- per-session configuration
 
 
+Point = tuple[Annotated[float, Field(ge=0, le=1)], Annotated[float, Field(ge=0, le=1)]]
+
+
+class ZoneConfig(_Strict):
+    """A polygon in normalised image coordinates; objects entering/leaving it raise zone events."""
+
+    name: str = Field(min_length=1, max_length=100)
+    polygon: list[Point] = Field(min_length=3, max_length=100)
+
+
+class LineConfig(_Strict):
+    """A counting line from ``start`` to ``end`` (normalised); crossings raise line.cross events."""
+
+    name: str = Field(min_length=1, max_length=100)
+    start: Point
+    end: Point
+
+
 class VideoSessionConfig(_Strict):
     target_fps: float = Field(5.0, gt=0, le=120, description="Frames analysed per second (at most).")
+    zones: list[ZoneConfig] = Field(default_factory=list, max_length=32)
+    lines: list[LineConfig] = Field(default_factory=list, max_length=32)
 
 
 class SessionConfig(_Strict):
@@ -40,6 +60,8 @@ class SessionConfig(_Strict):
 
 class VideoSessionConfigPatch(_Strict):
     target_fps: float | None = Field(None, gt=0, le=120)
+    zones: list[ZoneConfig] | None = Field(None, max_length=32)
+    lines: list[LineConfig] | None = Field(None, max_length=32)
 
 
 class SessionConfigPatch(_Strict):

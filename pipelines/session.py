@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import av
@@ -38,8 +38,10 @@ from pipelines.protocol import (
     ServerMessage,
     SessionConfig,
     SessionConfigPatch,
+    VideoSessionConfig,
     client_message_adapter,
 )
+from pipelines.video.scene import SceneState
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +62,18 @@ class DetectionResult:
     objects: list[dict[str, Any]]
     inference_ms: float
     model: str
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, data): zone/line events
+    zone_occupancy: dict[str, list[int]] = field(default_factory=dict)
+    line_counts: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class VideoAnalyzer(Protocol):
     """The seam the video pipeline plugs its detectors into."""
 
     name: str
+
+    def configure(self, config: VideoSessionConfig) -> None:
+        """Called at start and whenever the session's video config changes (zones, lines, rate)."""
 
     async def analyze(self, sampled: SampledFrame) -> DetectionResult | None: ...
 
@@ -82,6 +90,9 @@ class CountingOnlyVideoAnalyzer:
     """Named seam: analyses nothing, so a session reports only frame counts until a detector is configured."""
 
     name = "counting-only"
+
+    def configure(self, config: VideoSessionConfig) -> None:
+        return None
 
     async def analyze(self, sampled: SampledFrame) -> DetectionResult | None:
         return None
@@ -176,6 +187,7 @@ class SessionPipeline:
         self.clock = clock
         self.config = config
         self.counts = MediaCounts()
+        self.scene = SceneState()
         self.tracks: list[str] = []
         self._emit = emit
         self._server_version = server_version
@@ -191,6 +203,7 @@ class SessionPipeline:
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
         self._metrics = telemetry.PipelineMetrics(origin)
+        self._video_analyzer.configure(config.video)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -256,6 +269,7 @@ class SessionPipeline:
         self.config = self.config.merged(patch)
         if self._sampler.target_fps != self.config.video.target_fps:
             self._sampler.retarget(self.config.video.target_fps)
+        self._video_analyzer.configure(self.config.video)
         self.send(Event, name="config", data=self.config.model_dump())
         return self.config
 
@@ -320,17 +334,29 @@ class SessionPipeline:
             return
         self.counts.video.frames_analyzed += 1
         self._metrics.frames_analyzed.inc()
-        if result is not None:
-            self.send(
-                Detections,
-                pts=round(sampled.pts, 6),
-                width=result.width,
-                height=result.height,
-                objects=result.objects,
-                inference_ms=round(result.inference_ms, 3),
-                queue_ms=0.0 if self.clock.virtual else round(queue_ms, 3),
-                model=result.model,
-            )
+        if result is None:
+            return
+        pts = round(sampled.pts, 6)
+        self.send(
+            Detections,
+            pts=pts,
+            width=result.width,
+            height=result.height,
+            objects=result.objects,
+            inference_ms=round(result.inference_ms, 3),
+            queue_ms=0.0 if self.clock.virtual else round(queue_ms, 3),
+            model=result.model,
+        )
+        for name, data in result.events:
+            telemetry.SCENE_EVENTS.labels(name=name).inc()
+            self.send(Event, pts=pts, name=name, data=data)
+        self.scene.update(
+            labels=[o["label"] for o in result.objects], pts=pts, ts=self.clock.now(), model=result.model,
+            zone_occupancy=result.zone_occupancy, line_counts=result.line_counts,
+            events=[{"name": name, **data} for name, data in result.events],
+        )
+        if not self.clock.virtual:
+            self._metrics.end_to_end_ms.observe((time.perf_counter() - sampled.sampled_at) * 1000.0)
 
     async def _video_worker(self) -> None:
         while True:

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 
 FRAMES = Counter(
     "vigil_frames_total", "Media frames by origin (webrtc, rtsp, file) and stage.", ["origin", "kind", "stage"]
 )
 MESSAGES_SENT = Counter("vigil_messages_sent_total", "Protocol messages sent to clients.", ["type"])
 ERRORS = Counter("vigil_errors_total", "Errors reported to clients or logged, by code.", ["code"])
+
+
+BATCH_SIZE = Histogram("vigil_inference_batch_size", "Frames per batched inference call.", ["model"],
+                       buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32))
+INFERENCE_MS = Histogram("vigil_inference_ms", "Batched inference time (conversion + model), ms.", ["model"],
+                         buckets=(5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560))
+END_TO_END_MS = Histogram("vigil_video_end_to_end_ms", "Frame sampled -> detections sent, ms.", ["origin"],
+                          buckets=(10, 20, 40, 80, 160, 320, 640, 1280, 2560, 5120))
+SCENE_EVENTS = Counter("vigil_scene_events_total", "Zone and line events.", ["name"])
+
+
+class InferenceMetrics:
+    def __init__(self, model: str) -> None:
+        self.batch_size = BATCH_SIZE.labels(model=model)
+        self.inference_ms = INFERENCE_MS.labels(model=model)
+
+    def observe(self, batch_size: int, elapsed_ms: float) -> None:
+        self.batch_size.observe(batch_size)
+        self.inference_ms.observe(elapsed_ms)
 
 
 class PipelineMetrics:
@@ -20,3 +39,4 @@ class PipelineMetrics:
         self.frames_analyzed = FRAMES.labels(origin=origin, kind="video", stage="analyzed")
         self.frames_dropped = FRAMES.labels(origin=origin, kind="video", stage="dropped")
         self.audio_frames_in = FRAMES.labels(origin=origin, kind="audio", stage="in")
+        self.end_to_end_ms = END_TO_END_MS.labels(origin=origin)

@@ -139,6 +139,43 @@ async def delete_session(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+class Scene(BaseModel):
+    counts: dict[str, int] = Field(description="Objects per label in the last analysed frame.")
+    zones: dict[str, list[int]] = Field(description="Zone name -> track ids inside it now.")
+    lines: dict[str, dict[str, int]] = Field(description="Line name -> crossings {'in': n, 'out': n}.")
+    recent_events: list[dict[str, Any]]
+    pts: float | None
+    ts: float | None
+    last_change_ts: float | None
+    model: str | None
+    summary: str = Field(description="The scene in one paragraph, as the voice loop's LLM sees it.")
+
+
+def _scene(pipeline: Any) -> web.Response:
+    return _json(Scene(**pipeline.scene.as_dict(), summary=pipeline.scene.summary()))
+
+
+async def _apply_config(request: web.Request, pipeline: Any) -> web.Response:
+    patch: SessionConfigPatch = await read_json_body(request, SessionConfigPatch)
+    return _json(pipeline.apply_config(patch))
+
+
+async def get_session_scene(request: web.Request) -> web.Response:
+    return _scene(_session_or_404(request).pipeline)
+
+
+async def set_session_config(request: web.Request) -> web.Response:
+    return await _apply_config(request, _session_or_404(request).pipeline)
+
+
+async def get_source_scene(request: web.Request) -> web.Response:
+    return _scene(_source_or_404(request).pipeline)
+
+
+async def set_source_config(request: web.Request) -> web.Response:
+    return await _apply_config(request, _source_or_404(request).pipeline)
+
+
 async def create_source(request: web.Request) -> web.Response:
     body: SourceRequest = await read_json_body(request, SourceRequest)
     try:
@@ -250,6 +287,11 @@ ROUTES: tuple[Route, ...] = (
           errors=(401, 404)),
     Route("DELETE", "/api/sessions/{session_id}", delete_session, "Close a session and free what it held",
           status=204, errors=(401, 404)),
+    Route("GET", "/api/sessions/{session_id}/scene", get_session_scene, "What the session's camera sees now",
+          response=Scene, errors=(401, 404)),
+    Route("POST", "/api/sessions/{session_id}/config", set_session_config,
+          "Change the session's config at run time (e.g. video.target_fps, zones, lines)", SessionConfigPatch,
+          SessionConfig, errors=(401, 404, 413, 415, 422)),
     Route("POST", "/api/sources", create_source, "Start a server-side source (RTSP URL or media file)",
           SourceRequest, SourceInfo, status=201, errors=(400, 401, 403, 413, 415, 422, 429)),
     Route("GET", "/api/sources", list_sources, "List server-side sources", response=SourceList,
@@ -257,6 +299,10 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/sources/{source_id}", get_source, "One source", response=SourceInfo, errors=(401, 404)),
     Route("DELETE", "/api/sources/{source_id}", delete_source, "Stop a source (in any state)", status=204,
           errors=(401, 404)),
+    Route("GET", "/api/sources/{source_id}/scene", get_source_scene, "What the source's camera sees now",
+          response=Scene, errors=(401, 404)),
+    Route("POST", "/api/sources/{source_id}/config", set_source_config, "Change the source's config at run time",
+          SessionConfigPatch, SessionConfig, errors=(401, 404, 413, 415, 422)),
     Route("GET", "/api/sources/{source_id}/results", source_results,
           "WebSocket: the source's protocol messages (upgrade required)", status=101, errors=(401, 404)),
     Route("GET", "/healthz", healthz, "Liveness", response=Health, errors=(401,)),

@@ -9,6 +9,7 @@ from aiohttp import web
 from server.api import ROUTES
 from server.auth import auth_middleware
 from server.config import Settings
+from server.engines import build_analyzers
 from server.errors import ApiError, json_errors
 from server.ice import restrict_host_addresses
 from server.sessions import Analyzers, SessionRegistry
@@ -26,7 +27,10 @@ async def _index(request: web.Request) -> web.StreamResponse:
 
 
 def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Application:
+    """``analyzers`` defaults to the models the config names (loaded here, once)."""
     restrict_host_addresses(settings.webrtc.host_addresses)
+    if analyzers is None:
+        analyzers = build_analyzers(settings)
     token = settings.auth.token.get_secret_value() if settings.auth.token else None
     app = web.Application(
         middlewares=[json_errors, auth_middleware(token)],
@@ -47,6 +51,7 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Ap
             await ws.close(code=1001, message=b"server shutting down")
         await app[SOURCES].stop_all()
         await app[SESSIONS].close_all()
+        await analyzers.close()
 
     app.on_shutdown.append(shutdown)
     return app

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from models.packaged import ModelNotAvailable
 from server import __version__
 from server.config import ConfigError, Settings, load_settings
 
@@ -47,6 +48,7 @@ def _config_show(args: argparse.Namespace) -> int:
 def _analyze(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from server.engines import build_analyzers
     from server.offline import analyze_file
 
     overrides = {"video": {"target_fps": args.fps}} if args.fps else None
@@ -71,7 +73,7 @@ def _analyze(args: argparse.Namespace) -> int:
             bar.update(seconds - bar.n)
 
     try:
-        state = asyncio.run(analyze_file(args.file, settings, write, on_progress=progress))
+        state = asyncio.run(analyze_file(args.file, settings, write, build_analyzers(settings), on_progress=progress))
     finally:
         bar.close()
         if out is not sys.stdout:
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return args.run(args)
-    except ConfigError as error:
+    except (ConfigError, ModelNotAvailable) as error:
         print(f"vigil: {error}", file=sys.stderr)
         return 2
 

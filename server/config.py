@@ -19,7 +19,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from pipelines.protocol import SessionConfig
+from pipelines.protocol import LineConfig, SessionConfig, ZoneConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,6 +83,8 @@ class VideoSettings(Section):
     target_fps: float = Field(5.0, gt=0, le=120, description="Default analysis rate; sessions may change it.")
     max_batch: int = Field(8, ge=1, description="Frames per batched inference call across streams.")
     max_wait_ms: float = Field(10.0, ge=0, description="How long the batcher waits to fill a batch.")
+    zones: list[ZoneConfig] = Field(default_factory=list, description="Default zones for every session/source.")
+    lines: list[LineConfig] = Field(default_factory=list, description="Default counting lines.")
 
 
 class VoiceSettings(Section):
@@ -95,7 +97,9 @@ class VoiceSettings(Section):
 
 
 class DetectorModel(Section):
-    backend: Literal["yolo", "opencv-ssd"] = "yolo"
+    backend: Literal["yolo", "opencv-ssd", "none"] = Field(
+        "yolo", description="'none': no detector; sessions only count frames."
+    )
     weights: str | None = Field(None, description="Path or name; None: the packaged yolo11n-pose.pt.")
     device: str = "cpu"
     imgsz: int = Field(640, ge=32)
@@ -152,7 +156,9 @@ class Settings(BaseSettings):
         return value
 
     def session_defaults(self) -> SessionConfig:
-        return SessionConfig.model_validate({"video": {"target_fps": self.video.target_fps}})
+        return SessionConfig.model_validate(
+            {"video": self.video.model_dump(include={"target_fps", "zones", "lines"})}
+        )
 
     def masked(self) -> dict[str, Any]:
         """The effective config as JSON-able data, secrets shown as '**********'."""

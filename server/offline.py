@@ -43,6 +43,9 @@ async def analyze_file(
     reader = ContainerSource(str(path), pipeline, kind="file", realtime=False, on_state=on_state,
                              on_progress=on_progress)
     pipeline.start()
-    await reader.start()
-    await pipeline.close()
+    try:
+        await reader.start()
+        await pipeline.close()
+    finally:
+        await analyzers.close()
     return reader.state

@@ -8,7 +8,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,11 @@ class Analyzers:
 
     video: Callable[[], VideoAnalyzer] | None = None
     audio: Callable[[], AudioAnalyzer] | None = None
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    async def close(self) -> None:
+        for close in self.closers:
+            await close()
 
 
 class OfferRejected(Exception):

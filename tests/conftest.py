@@ -61,9 +61,14 @@ async def vigil(clip_dir: Path) -> AsyncIterator[Callable[..., Any]]:
             "webrtc": {"host_addresses": ["127.0.0.1"]},
             "sources": {"media_root": str(clip_dir), "reconnect_initial_s": 0.2, "reconnect_max_s": 1.0},
             "sessions": {"metrics_interval_s": 0.5},
+            "models": {"detector": {"backend": "none"}},  # tests that need a detector ask for one
         }
         for section, values in overrides.items():
-            base.setdefault(section, {}).update(values)
+            if section == "models":
+                for stage, stage_values in values.items():
+                    base["models"].setdefault(stage, {}).update(stage_values)
+            else:
+                base.setdefault(section, {}).update(values)
         settings = load_settings(None, base)
         app = create_app(settings, analyzers)
         runner = web.AppRunner(app, shutdown_timeout=2.0)

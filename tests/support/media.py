@@ -46,3 +46,73 @@ def make_clip(path: Path, seconds: float = 2.0, fps: int = 15, size: tuple[int, 
             for packet in astream.encode():
                 container.mux(packet)
     return path
+
+
+def real_image(name: str) -> np.ndarray:
+    """RGB arrays of real photographs that ship inside installed packages (no downloads)."""
+    if name in ("bus", "zidane"):
+        import cv2
+        from ultralytics.utils import ASSETS
+
+        return cv2.cvtColor(cv2.imread(str(ASSETS / f"{name}.jpg")), cv2.COLOR_BGR2RGB)
+    import skimage.data
+
+    return getattr(skimage.data, name)()
+
+
+def letterbox(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Fit ``image`` into a (width, height) canvas, keeping its aspect ratio."""
+    import cv2
+
+    width, height = size
+    scale = min(width / image.shape[1], height / image.shape[0])
+    resized = cv2.resize(image, (int(image.shape[1] * scale), int(image.shape[0] * scale)))
+    canvas = np.full((height, width, 3), 114, np.uint8)
+    y, x = (height - resized.shape[0]) // 2, (width - resized.shape[1]) // 2
+    canvas[y: y + resized.shape[0], x: x + resized.shape[1]] = resized
+    return canvas
+
+
+def write_video(path: Path, pictures: list[np.ndarray], fps: int) -> Path:
+    """H.264 MP4 from RGB frames (all one size)."""
+    height, width = pictures[0].shape[:2]
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.options = {"preset": "ultrafast", "crf": "18"}
+        for index, picture in enumerate(pictures):
+            frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
+            frame.pts, frame.time_base = index, Fraction(1, fps)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def slideshow(path: Path, segments: list[tuple[str, float]], fps: int = 10, size: tuple[int, int] = (640, 480)
+              ) -> Path:
+    """Real photographs one after another: [(image name, seconds), ...]."""
+    pictures: list[np.ndarray] = []
+    for name, seconds in segments:
+        picture = letterbox(real_image(name), size)
+        pictures += [picture] * round(seconds * fps)
+    return write_video(path, pictures, fps)
+
+
+def sliding_person(path: Path, seconds: float = 6.0, fps: int = 10, size: tuple[int, int] = (960, 480)) -> Path:
+    """One person (cut from zidane.jpg) moving left to right across a plain background at constant speed."""
+    width, height = size
+    person = real_image("zidane")[60:720, 700:1130]  # the man on the right, head to knees
+    scale = (height - 40) / person.shape[0]
+    import cv2
+
+    person = cv2.resize(person, (int(person.shape[1] * scale), height - 40))
+    frames = int(seconds * fps)
+    pictures = []
+    for index in range(frames):
+        canvas = np.full((height, width, 3), 160, np.uint8)
+        x = int((width - person.shape[1]) * index / (frames - 1))
+        canvas[20: 20 + person.shape[0], x: x + person.shape[1]] = person
+        pictures.append(canvas)
+    return write_video(path, pictures, fps)

@@ -1,0 +1,41 @@
+"""SSD-MobileNetV2-COCO (90 COCO ids) on OpenCV DNN, for users who want general objects offline."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from models.coco import COCO90
+from models.detector import Detection
+from models.packaged import ModelNotAvailable, ssd_mobilenet_coco
+
+INPUT_SIZE = 300
+
+
+class OpenCvSsdDetector:
+    def __init__(self, *, device: str = "cpu", conf: float = 0.4, classes: list[int] | None = None) -> None:
+        if device != "cpu":
+            raise ModelNotAvailable("the OpenCV SSD backend runs on the CPU only; use the yolo backend on a GPU")
+        if not hasattr(cv2.dnn, "readNetFromTensorflow"):
+            raise ModelNotAvailable("this OpenCV has no TensorFlow importer (OpenCV 5); install opencv-python<5")
+        graph, text = ssd_mobilenet_coco()
+        self.net = cv2.dnn.readNetFromTensorflow(str(graph), str(text))
+        self.device, self.conf = device, conf
+        self.classes = set(classes) if classes else None
+        self.name = "ssd_mobilenet_v2_coco"
+        self.detect([np.zeros((INPUT_SIZE, INPUT_SIZE, 3), np.uint8)])  # warm-up
+
+    def detect(self, images: list[np.ndarray]) -> list[list[Detection]]:
+        blob = cv2.dnn.blobFromImages(images, size=(INPUT_SIZE, INPUT_SIZE), swapRB=True)
+        self.net.setInput(blob)
+        rows = self.net.forward().reshape(-1, 7)  # [image index, class id, confidence, x1, y1, x2, y2]
+        out: list[list[Detection]] = [[] for _ in images]
+        for index, class_id, conf, *box in rows[rows[:, 2] >= self.conf]:
+            class_id = int(class_id)
+            if class_id not in COCO90 or (self.classes is not None and class_id not in self.classes):
+                continue
+            out[int(index)].append(Detection(
+                label=COCO90[class_id], class_id=class_id, conf=float(conf),
+                box=tuple(float(v) for v in np.clip(box, 0.0, 1.0)),  # type: ignore[arg-type]
+            ))
+        return out

@@ -1,0 +1,1 @@
+"""The video pipeline: batching, detection, tracking, zones, scene state."""

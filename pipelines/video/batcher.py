@@ -1,0 +1,109 @@
+"""Cross-stream batching: one inference worker per loaded model.
+
+Each stream's analysis task submits its newest sampled frame and waits for the result, so at most one frame
+per stream is ever pending; the worker takes what is pending (up to ``max_batch``, waiting at most
+``max_wait_ms`` to fill a batch), converts and detects on its own thread in one call, and fans the results out.
+While it runs, newer frames replace older ones in the streams' latest-frame slots instead of queueing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import av
+import numpy as np
+
+from models.detector import Detection, Detector
+from pipelines import telemetry
+
+
+@dataclass(slots=True)
+class BatchResult:
+    detections: list[Detection]
+    inference_ms: float  # the batch's conversion + model time
+    batch_size: int
+
+
+@dataclass(slots=True)
+class _Request:
+    frame: av.VideoFrame
+    future: asyncio.Future[BatchResult]
+
+
+def to_bgr(frame: av.VideoFrame) -> np.ndarray:
+    """Only sampled frames pay for this conversion (decoding every frame is unavoidable, converting is not)."""
+    return frame.to_ndarray(format="bgr24")
+
+
+class InferenceBatcher:
+    def __init__(self, detector: Detector, *, max_batch: int = 8, max_wait_ms: float = 10.0) -> None:
+        self.detector = detector
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_ms / 1000.0
+        self._pending: list[_Request] = []
+        self._wakeup: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        # One thread per model: detectors are not thread-safe, and a second thread would only contend.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"infer-{detector.name}")
+        self._metrics = telemetry.InferenceMetrics(detector.name)
+
+    async def detect(self, frame: av.VideoFrame) -> BatchResult:
+        if self._task is None or self._task.done():
+            self._wakeup = asyncio.Event()
+            self._task = asyncio.create_task(self._run(), name=f"batcher:{self.detector.name}")
+        future: asyncio.Future[BatchResult] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Request(frame, future))
+        assert self._wakeup is not None
+        self._wakeup.set()
+        return await future
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for request in self._pending:
+            request.future.cancel()
+        self._pending.clear()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _run(self) -> None:
+        assert self._wakeup is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            if not self._pending:
+                continue
+            deadline = loop.time() + self.max_wait_s
+            while len(self._pending) < self.max_batch and (left := deadline - loop.time()) > 0:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), left)
+                self._wakeup.clear()
+            batch = [r for r in self._pending[: self.max_batch] if not r.future.done()]
+            del self._pending[: self.max_batch]
+            if self._pending:
+                self._wakeup.set()  # more waiting: go round again at once
+            if not batch:
+                continue
+            frames = [r.frame for r in batch]
+            started = time.perf_counter()
+            try:
+                results = await loop.run_in_executor(self._executor, self._infer, frames)
+            except Exception as error:
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(error)
+                continue
+            elapsed_ms = (time.perf_counter() - started) * 1000.0
+            self._metrics.observe(len(batch), elapsed_ms)
+            for request, detections in zip(batch, results, strict=True):
+                if not request.future.done():
+                    request.future.set_result(BatchResult(detections, elapsed_ms, len(batch)))
+
+    def _infer(self, frames: list[av.VideoFrame]) -> list[list[Detection]]:
+        return self.detector.detect([to_bgr(frame) for frame in frames])

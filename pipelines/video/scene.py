@@ -1,0 +1,60 @@
+"""Per-session scene state: what the camera sees now, for the REST API and the voice loop."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from typing import Any
+
+
+class SceneState:
+    def __init__(self, recent_events: int = 20) -> None:
+        self.counts: dict[str, int] = {}
+        self.zone_occupancy: dict[str, list[int]] = {}
+        self.line_counts: dict[str, dict[str, int]] = {}
+        self.recent_events: deque[dict[str, Any]] = deque(maxlen=recent_events)
+        self.pts: float | None = None  # media time of the last analysed frame
+        self.ts: float | None = None
+        self.last_change_ts: float | None = None
+        self.model: str | None = None
+
+    def update(self, *, labels: list[str], pts: float, ts: float, model: str,
+               zone_occupancy: dict[str, list[int]], line_counts: dict[str, dict[str, int]],
+               events: list[dict[str, Any]]) -> None:
+        counts = dict(sorted(Counter(labels).items()))
+        occupancy = {name: sorted(ids) for name, ids in zone_occupancy.items()}
+        if counts != self.counts or occupancy != self.zone_occupancy or events:
+            self.last_change_ts = ts
+        self.counts, self.zone_occupancy = counts, occupancy
+        self.line_counts = {name: dict(c) for name, c in line_counts.items()}
+        self.pts, self.ts, self.model = pts, ts, model
+        for event in events:
+            self.recent_events.append({"ts": ts, "pts": pts, **event})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "counts": self.counts,
+            "zones": self.zone_occupancy,
+            "lines": self.line_counts,
+            "recent_events": list(self.recent_events),
+            "pts": self.pts,
+            "ts": self.ts,
+            "last_change_ts": self.last_change_ts,
+            "model": self.model,
+        }
+
+    def summary(self) -> str:
+        """One short English paragraph for an LLM prompt."""
+        if self.pts is None:
+            return "The camera has not been analysed yet."
+        seen = ", ".join(f"{n} {label}{'s' if n != 1 else ''}" for label, n in self.counts.items()) or "nothing"
+        parts = [f"The camera currently sees {seen}."]
+        for zone, ids in self.zone_occupancy.items():
+            parts.append(f"Zone '{zone}' has {len(ids)} object(s) in it.")
+        for line, c in self.line_counts.items():
+            parts.append(f"Line '{line}' was crossed {c.get('in', 0)} time(s) in and {c.get('out', 0)} out.")
+        if self.recent_events:
+            last = list(self.recent_events)[-3:]
+            parts.append("Recent events: " + "; ".join(
+                f"{e['name']} {e.get('zone') or e.get('line') or ''} (track {e.get('track_id')})".replace("  ", " ")
+                for e in last) + ".")
+        return " ".join(parts)

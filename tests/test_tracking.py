@@ -1,0 +1,133 @@
+"""StreamTracker: ids from ByteTrack, zone enter/exit/dwell and line crossings, run-time reconfiguration."""
+
+from __future__ import annotations
+
+from models.detector import Detection
+from pipelines.protocol import LineConfig, ZoneConfig
+from pipelines.video.tracking import LOST_TRACK_S, SceneEvent, StreamTracker
+
+W, H, FPS = 640, 480, 5.0
+MIDDLE = ZoneConfig(name="middle", polygon=[(0.32, 0.0), (0.68, 0.0), (0.68, 1.0), (0.32, 1.0)])
+LEFT = ZoneConfig(name="left", polygon=[(0.0, 0.0), (0.5, 0.0), (0.5, 1.0), (0.0, 1.0)])
+RIGHT = ZoneConfig(name="right", polygon=[(0.5, 0.0), (1.0, 0.0), (1.0, 1.0), (0.5, 1.0)])
+DOWN = LineConfig(name="door", start=(0.5, 0.0), end=(0.5, 1.0))  # drawn top to bottom: left-to-right is "in"
+
+
+def person(cx: float, conf: float = 0.9, width: float = 0.1) -> Detection:
+    """A person whose box is centred on x=cx (normalised), standing at y=0.8."""
+    return Detection(label="person", class_id=0, conf=conf, box=(cx - width / 2, 0.3, cx + width / 2, 0.8))
+
+
+def run(tracker: StreamTracker, frames: list[list[Detection]], start: int = 0) -> list[tuple[int, SceneEvent]]:
+    """Feed frames at FPS; return (frame index, event) pairs."""
+    out = []
+    for i, dets in enumerate(frames, start):
+        out += [(i, e) for e in tracker.update(dets, W, H, pts=i / FPS)]
+    return out
+
+
+def test_still_person_keeps_one_id_and_every_detection_is_kept() -> None:
+    tracker = StreamTracker([], [], frame_rate=FPS)
+    ids = []
+    for i in range(20):
+        dets = [person(0.4), person(0.8, conf=0.1)]  # the second is too weak to start a track
+        tracker.update(dets, W, H, pts=i / FPS)
+        assert len(dets) == 2
+        assert dets[1].track_id is None
+        ids.append(dets[0].track_id)
+    assert ids[0] is None or ids[0] == ids[1]  # ByteTrack confirms on the first or second sighting
+    assert ids[1] is not None and ids[1] > 0
+    assert set(ids[1:]) == {ids[1]}
+
+
+def test_two_people_keep_distinct_ids_whatever_the_input_order() -> None:
+    tracker = StreamTracker([], [], frame_rate=FPS)
+    a_ids, b_ids = [], []
+    for i in range(20):
+        a, b = person(0.2), person(0.7)
+        tracker.update([a, b] if i % 2 else [b, a], W, H, pts=i / FPS)  # results must map back by identity
+        a_ids.append(a.track_id)
+        b_ids.append(b.track_id)
+    assert len(set(a_ids[2:])) == 1 and len(set(b_ids[2:])) == 1
+    assert a_ids[-1] is not None and b_ids[-1] is not None and a_ids[-1] != b_ids[-1]
+
+
+def test_box_sliding_through_a_zone_enters_once_and_exits_once_with_its_dwell() -> None:
+    tracker = StreamTracker([MIDDLE], [], frame_rate=FPS)
+    centres = [0.1 + 0.03 * i for i in range(30)]  # 19 px a frame, left to right
+    inside = [0.32 <= c <= 0.68 for c in centres]
+    expected_enter, expected_exit = inside.index(True), inside.index(False, inside.index(True))
+
+    events = run(tracker, [[person(c)] for c in centres[:15]])
+    assert tracker.occupancy == {"middle": [events[0][1].data["track_id"]]}  # mid-way: inside
+    events += run(tracker, [[person(c)] for c in centres[15:]], start=15)
+    assert tracker.occupancy == {"middle": []}
+
+    assert [e.name for _, e in events] == ["zone.enter", "zone.exit"]
+    (enter_at, enter), (exit_at, exit_) = events
+    assert abs(enter_at - expected_enter) <= 1 and abs(exit_at - expected_exit) <= 1
+    assert enter.data == {"zone": "middle", "track_id": enter.data["track_id"], "label": "person"}
+    assert exit_.data["track_id"] == enter.data["track_id"] and exit_.data["zone"] == "middle"
+    assert abs(exit_.data["dwell_s"] - (expected_exit - expected_enter) / FPS) <= 1 / FPS + 1e-9
+
+
+def test_vanished_track_leaves_the_zone_once_the_tracker_drops_it() -> None:
+    tracker = StreamTracker([LEFT], [], frame_rate=FPS)
+    events = run(tracker, [[person(0.25)] for _ in range(5)])
+    assert [e.name for _, e in events] == ["zone.enter"]
+    track_id = events[0][1].data["track_id"]
+
+    gone = run(tracker, [[] for _ in range(4)], start=5)  # briefly lost: still inside (occlusion)
+    assert gone == [] and tracker.occupancy == {"left": [track_id]}
+    gone = run(tracker, [[] for _ in range(int(LOST_TRACK_S * FPS) + 2)], start=9)
+    assert [e.name for _, e in gone] == ["zone.exit"]
+    exit_ = gone[0][1]
+    assert exit_.data["track_id"] == track_id
+    assert abs(exit_.data["dwell_s"] - (4 - events[0][0]) / FPS) < 1e-6  # to the last frame it was seen in
+    assert tracker.occupancy == {"left": []}
+
+
+def test_line_crossing_counts_each_direction_once() -> None:
+    tracker = StreamTracker([], [DOWN], frame_rate=FPS)
+    right = [0.2 + 0.03 * i for i in range(20)]  # 0.2 -> 0.77
+    events = run(tracker, [[person(c)] for c in right])
+    assert [(e.name, e.data["direction"]) for _, e in events] == [("line.cross", "in")]
+    assert tracker.line_counts == {"door": {"in": 1, "out": 0}}
+
+    back = run(tracker, [[person(c)] for c in reversed(right)], start=20)
+    assert [(e.name, e.data["direction"]) for _, e in back] == [("line.cross", "out")]
+    assert back[0][1].data == {"line": "door", "track_id": events[0][1].data["track_id"], "label": "person",
+                               "direction": "out"}
+    assert tracker.line_counts == {"door": {"in": 1, "out": 1}}
+
+
+def test_configure_resets_only_what_changed_and_keeps_ids() -> None:
+    tracker = StreamTracker([LEFT], [DOWN], frame_rate=FPS)
+    frames = [[person(0.3 + 0.03 * i)] for i in range(10)]  # crosses the line, ends in the right half
+    events = run(tracker, frames)
+    track_id = frames[-1][0].track_id
+    assert sorted(e.name for _, e in events) == ["line.cross", "zone.enter", "zone.exit"]
+
+    tracker.configure([LEFT], [DOWN], frame_rate=10.0)  # same zones and lines: nothing resets
+    assert tracker.line_counts == {"door": {"in": 1, "out": 0}}
+
+    tracker.configure([RIGHT], [DOWN], frame_rate=FPS)  # new zones: zone state resets, counts stay
+    assert tracker.occupancy == {"right": []}
+    assert tracker.line_counts == {"door": {"in": 1, "out": 0}}
+    still = person(0.57)
+    events = run(tracker, [[still]], start=10)
+    assert [(e.name, e.data["zone"], e.data["track_id"]) for _, e in events] == [("zone.enter", "right", track_id)]
+    assert still.track_id == track_id
+
+    tracker.configure([RIGHT], [], frame_rate=FPS)
+    assert tracker.line_counts == {} and tracker.occupancy == {"right": [track_id]}
+
+
+def test_zones_follow_a_change_of_frame_size() -> None:
+    tracker = StreamTracker([RIGHT], [], frame_rate=FPS)
+    for i in range(3):
+        assert tracker.update([person(0.3)], W, H, pts=i / FPS) == []
+    for i in range(3, 6):  # at 1280 px a zone left in 640 px space would span 0.25..0.5 and catch x=0.3
+        assert tracker.update([person(0.3)], 1280, 720, pts=i / FPS) == []
+    events = [tracker.update([person(0.75)], 1280, 720, pts=i / FPS) for i in range(6, 9)]
+    assert [e.name for frame in events for e in frame] == ["zone.enter"]
