@@ -12,9 +12,9 @@ photos (people, a bus, ...) written on the spot with ``tests.support.media.slide
   CPU is spent on frames that would only be dropped; ``target_fps`` is 120, so sampling never skips a frame.
 * P2, CPU per stream: process CPU seconds (all threads) to replay the 30 fps file sampled at 5 fps with a
   ``VirtualClock`` through ``ContainerSource`` (decoding included), Vigil (only sampled frames are converted,
-  inside the batcher) ÷ a naive variant that converts every decoded frame to BGR before sampling and runs the
-  same detector on the sampled arrays. Both analyse the same frames. Goal <= 0.5. Two extra rows (decoding
-  alone, decoding + converting every frame) show where the CPU goes.
+  inside the batcher) ÷ a naive variant that converts every decoded frame to BGR before sampling and hands the
+  sampled arrays to the same analyser, batcher and detector. Both analyse the same frames; they run V-N-N-V,
+  pooled. Goal <= 0.5. Two more rows (decoding alone, decoding + converting every frame) show where CPU goes.
 * P3, batching gain: throughput of 8 streams with ``max_batch=8`` ÷ the same 8 streams with ``max_batch=1``.
   Goal >= 1.25 (this CPU).
 
@@ -38,6 +38,7 @@ os.environ.setdefault("YOLO_OFFLINE", "1")  # before anything imports ultralytic
 import argparse
 import asyncio
 import contextlib
+import itertools
 import logging
 import tempfile
 import threading
@@ -53,9 +54,10 @@ import numpy as np
 
 from models.detector import Detection, Detector
 from models.detectors import load_detector
+from models.packaged import ModelNotAvailable
 from pipelines.clock import VirtualClock, WallClock
 from pipelines.protocol import SessionConfig, VideoSessionConfig
-from pipelines.session import DetectionResult, SampledFrame, SessionPipeline, VideoAnalyzer
+from pipelines.session import DetectionResult, SampledFrame, SessionPipeline
 from pipelines.sources.container import ContainerSource, SourceState
 from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import InferenceBatcher, to_bgr
@@ -140,7 +142,7 @@ class RefillingAnalyzer:
 
 
 async def _feed(pipeline: SessionPipeline, frames: list[av.VideoFrame], offset: int, taken: asyncio.Event) -> None:
-    for index in range(10**9):
+    for index in itertools.count():
         frame = frames[(offset + index) % len(frames)]
         assert frame.time_base is not None
         frame.pts = round(Fraction(index, FPS) / frame.time_base)  # read at once by feed_video: sharing is safe
@@ -181,48 +183,79 @@ async def pipeline_leg(detector: Detector, frames: list[av.VideoFrame], streams:
     return rate
 
 
-async def abba(a: Callable[[float], Awaitable[Rate]], b: Callable[[float], Awaitable[Rate]], seconds: float
-               ) -> tuple[Rate, Rate]:
-    """A-B-B-A with half the time per leg; each side's legs pooled."""
+@dataclass(slots=True)
+class Pair:
+    """Two setups measured A-B-B-A; ``ratio`` is A's throughput ÷ B's, pooled over both rounds."""
+
+    a: list[Rate]
+    b: list[Rate]
+
+    @property
+    def pooled(self) -> tuple[Rate, Rate]:
+        return sum(self.a, Rate()), sum(self.b, Rate())
+
+    @property
+    def ratio(self) -> float:
+        a, b = self.pooled
+        return a.fps / b.fps
+
+    def spread(self) -> str:
+        """The ratio in each round on its own: how far apart they are shows how noisy the machine was."""
+        return ", ".join(f"{a.fps / b.fps:.2f}" for a, b in zip(self.a, self.b, strict=True))
+
+
+async def abba(a: Callable[[float], Awaitable[Rate]], b: Callable[[float], Awaitable[Rate]], seconds: float) -> Pair:
+    """A-B-B-A with half the time per leg, so a drift in machine speed does not favour either side."""
     ra1, rb1 = await a(seconds / 2), await b(seconds / 2)
     rb2, ra2 = await b(seconds / 2), await a(seconds / 2)
-    return ra1 + ra2, rb1 + rb2
+    return Pair([ra1, ra2], [rb1, rb2])
 
 
 # ---------------------------------------------------------------------------- P2: CPU per stream
 
 
-class ArrayAnalyzer:
-    """The naive variant's analyser: detects on the array its feeder already converted."""
+class Converted:
+    """A decoded frame the naive variant already converted: the batcher's ``to_bgr`` gets the array back as is."""
 
-    def __init__(self, detector: Detector) -> None:
-        self.detector, self.name = detector, detector.name
-        self.current: np.ndarray | None = None
+    def __init__(self, image: np.ndarray) -> None:
+        self.image = image
+        self.height, self.width = image.shape[:2]
+
+    def to_ndarray(self, format: str) -> np.ndarray:
+        assert format == "bgr24"
+        return self.image
+
+
+class PreconvertedAnalyzer:
+    """The naive variant's analyser: Vigil's own analyser (same batcher, tracker, messages), handed the frame its
+    feeder converted, so the two variants differ only in which frames get converted."""
+
+    def __init__(self, inner: DetectorVideoAnalyzer) -> None:
+        self.inner, self.name = inner, inner.name
+        self.current: Converted | None = None
 
     def configure(self, config: VideoSessionConfig) -> None:
-        return None
+        self.inner.configure(config)
 
     async def analyze(self, sampled: SampledFrame) -> DetectionResult:
         assert self.current is not None
-        started = time.perf_counter()
-        detections = self.detector.detect([self.current])[0]
-        return DetectionResult(sampled.frame.width, sampled.frame.height, [d.as_message() for d in detections],
-                               (time.perf_counter() - started) * 1000.0, self.name)
+        frame = cast(av.VideoFrame, self.current)
+        return await self.inner.analyze(SampledFrame(frame, sampled.pts, sampled.sampled_at))
 
 
 class ConvertEveryFrame:
     """What ContainerSource feeds in the naive variant: every decoded frame is converted before sampling."""
 
-    def __init__(self, pipeline: SessionPipeline, analyzer: ArrayAnalyzer | None) -> None:
+    def __init__(self, pipeline: SessionPipeline, analyzer: PreconvertedAnalyzer | None) -> None:
         self.pipeline, self.analyzer = pipeline, analyzer
 
     def add_track(self, kind: str) -> None:
         self.pipeline.add_track(kind)
 
     async def feed_video(self, frame: av.VideoFrame) -> None:
-        image = frame.to_ndarray(format="bgr24")
+        converted = Converted(frame.to_ndarray(format="bgr24"))
         if self.analyzer is not None:
-            self.analyzer.current = image
+            self.analyzer.current = converted
         await self.pipeline.feed_video(frame)
 
     async def feed_audio(self, frame: av.AudioFrame) -> None:
@@ -237,18 +270,23 @@ class CpuRun:
     frames_in: int
     analyzed: int
 
+    def __add__(self, other: CpuRun) -> CpuRun:
+        return CpuRun(self.name, self.cpu_s + other.cpu_s, self.wall_s + other.wall_s,
+                      self.frames_in + other.frames_in, self.analyzed + other.analyzed)
+
 
 async def cpu_run(name: str, path: Path, detector: Detector | None, *, naive: bool, max_batch: int,
                   max_wait_ms: float) -> CpuRun:
-    batcher = InferenceBatcher(detector, max_batch=max_batch, max_wait_ms=max_wait_ms) if detector and not naive \
-        else None
-    analyzer: VideoAnalyzer | None = None
-    if detector is not None:
-        analyzer = ArrayAnalyzer(detector) if naive else DetectorVideoAnalyzer(cast(InferenceBatcher, batcher))
+    batcher = InferenceBatcher(detector, max_batch=max_batch, max_wait_ms=max_wait_ms) if detector else None
+    analyzer: DetectorVideoAnalyzer | PreconvertedAnalyzer | None = None
+    if batcher is not None:
+        analyzer = DetectorVideoAnalyzer(batcher)
+        if naive:
+            analyzer = PreconvertedAnalyzer(analyzer)
     pipeline = SessionPipeline(name, origin="bench", clock=VirtualClock(), emit=_discard, server_version="bench",
                                config=SessionConfig(video=VideoSessionConfig(target_fps=SAMPLED_FPS)),
                                video_analyzer=analyzer)
-    target = ConvertEveryFrame(pipeline, cast(ArrayAnalyzer | None, analyzer)) if naive else pipeline
+    target = ConvertEveryFrame(pipeline, cast(PreconvertedAnalyzer | None, analyzer)) if naive else pipeline
     source = ContainerSource(str(path), cast(SessionPipeline, target), kind="file", realtime=False)
     cpu, wall = time.process_time(), time.perf_counter()
     pipeline.start()
@@ -292,45 +330,59 @@ async def bench_imgsz(imgsz: int, opts: argparse.Namespace, clip: Path, frames: 
     def pipe(streams: int, max_batch: int) -> Callable[[float], Awaitable[Rate]]:
         return lambda s: pipeline_leg(detector, frames, streams, max_batch, wait, s)
 
-    raw1, pipe1 = await abba(raw(1), pipe(1, mb), seconds)
-    raw4, pipe4 = await abba(raw(4), pipe(4, mb), seconds)
-    on8, off8 = await abba(pipe(8, mb), pipe(8, 1), seconds)
-    raw8 = await raw(8)(seconds / 2)
-    runs = [await cpu_run("decode only", clip, None, naive=False, max_batch=mb, max_wait_ms=wait),
-            await cpu_run("decode + convert all", clip, None, naive=True, max_batch=mb, max_wait_ms=wait),
-            await cpu_run("vigil", clip, detector, naive=False, max_batch=mb, max_wait_ms=wait),
-            await cpu_run("naive (convert all)", clip, detector, naive=True, max_batch=mb, max_wait_ms=wait)]
+    p1 = {streams: await abba(pipe(streams, mb), raw(streams), seconds) for streams in (1, 4)}
+    p3 = await abba(pipe(8, mb), pipe(8, 1), seconds)
+    ref = await abba(raw(8), raw(1), seconds / 2)  # the model's own batching gain, for reading P3
+    def cpu(name: str, with_detector: bool, naive: bool) -> Awaitable[CpuRun]:
+        return cpu_run(name, clip, detector if with_detector else None, naive=naive, max_batch=mb, max_wait_ms=wait)
+
+    decode, convert_all = await cpu("decode only", False, False), await cpu("decode + convert all", False, True)
+    vigil_runs = [await cpu("vigil (2 runs)", True, False)]  # vigil, naive, naive, vigil: CPU time drifts too
+    naive_runs = [await cpu("naive, convert all (2 runs)", True, True) for _ in range(2)]
+    vigil_runs.append(await cpu("vigil (2 runs)", True, False))
+    vigil, naive = sum(vigil_runs[1:], vigil_runs[0]), sum(naive_runs[1:], naive_runs[0])
+    runs = [decode, convert_all, vigil, naive]
 
     print(f"\nimgsz={imgsz}: {detector.name} on {opts.device}, torch threads {torch.get_num_threads()}, "
-          f"max_wait_ms={wait:g}")
+          f"max_batch={mb} max_wait_ms={wait:g}")
     print(f"  {'throughput (wall clock)':<26}{'streams':>8}{'batch':>7}{'calls':>7}{'mean':>7}{'frames':>8}"
           f"{'analysed':>10}{'seconds':>9}{'fps':>9}")
-    for row in [_row("P1 raw detect", 1, "1", raw1), _row("P1 pipeline", 1, f"<={mb}", pipe1),
-                _row("P1 raw detect", 4, "4", raw4), _row("P1 pipeline", 4, f"<={mb}", pipe4),
-                _row("P3 pipeline batched", 8, f"<={mb}", on8), _row("P3 pipeline batching off", 8, "1", off8),
-                _row("(ref) raw detect", 8, "8", raw8)]:
-        print(row)
-    clip_s = runs[0].frames_in / FPS
-    print(f"  {'P2 CPU, 1 stream, ' + str(FPS) + '->' + f'{SAMPLED_FPS:g} fps':<30}{'frames':>8}{'analysed':>10}"
+    rows = [("P1 pipeline", 1, f"<={mb}", p1[1].pooled[0]), ("P1 raw detect", 1, "1", p1[1].pooled[1]),
+            ("P1 pipeline", 4, f"<={mb}", p1[4].pooled[0]), ("P1 raw detect", 4, "4", p1[4].pooled[1]),
+            ("P3 pipeline batched", 8, f"<={mb}", p3.pooled[0]), ("P3 pipeline batching off", 8, "1", p3.pooled[1]),
+            ("(ref) raw detect", 8, "8", ref.pooled[0]), ("(ref) raw detect", 1, "1", ref.pooled[1])]
+    for row in rows:
+        print(_row(*row))
+    clip_s = decode.frames_in / FPS
+    print(f"  {f'P2 CPU, 1 stream, {FPS}->{SAMPLED_FPS:g} fps':<30}{'frames':>8}{'analysed':>10}"
           f"{'cpu s':>9}{'wall s':>9}{'cpu s/media s':>15}{'cpu ms/frame in':>17}")
     for r in runs:
+        media_s = r.frames_in / FPS
         print(f"  {r.name:<30}{r.frames_in:>8}{r.analyzed:>10}{r.cpu_s:>9.2f}{r.wall_s:>9.2f}"
-              f"{r.cpu_s / clip_s:>15.3f}{1000 * r.cpu_s / r.frames_in:>17.2f}")
+              f"{r.cpu_s / media_s:>15.3f}{1000 * r.cpu_s / r.frames_in:>17.2f}")
 
     lines = []
-    for streams, p, r in ((1, pipe1, raw1), (4, pipe4, raw4)):
-        ratio = p.fps / r.fps
-        gap = 1000 * (p.seconds / p.calls - r.seconds / r.calls) if p.calls and r.calls else float("nan")
-        lines.append(f"P1 imgsz={imgsz} streams={streams}: pipeline {p.fps:.2f} fps / raw {r.fps:.2f} fps = "
-                     f"{ratio:.2f} {_verdict(ratio, 0.9, True)}  [+{gap:.1f} ms per detector call]")
-    vigil, naive = runs[2], runs[3]
+    for streams, pair in p1.items():
+        pipeline, raw_rate = pair.pooled
+        per_call = 1000 * (pipeline.seconds / pipeline.calls - raw_rate.seconds / raw_rate.calls)
+        lines.append(f"P1 imgsz={imgsz} streams={streams}: pipeline {pipeline.fps:.2f} fps / raw {raw_rate.fps:.2f} fps"
+                     f" = {pair.ratio:.2f} {_verdict(pair.ratio, 0.9, True)}  [rounds {pair.spread()}; pipeline "
+                     f"{per_call:+.1f} ms per detector call]")
     ratio = vigil.cpu_s / naive.cpu_s
-    lines.append(f"P2 imgsz={imgsz}: vigil {vigil.cpu_s:.2f} cpu s / naive {naive.cpu_s:.2f} cpu s per stream "
-                 f"({clip_s:g} s at {FPS} fps, {vigil.analyzed} analysed) = {ratio:.2f} {_verdict(ratio, 0.5, False)}")
-    ratio = on8.fps / off8.fps
-    lines.append(f"P3 imgsz={imgsz} streams=8: batched {on8.fps:.2f} fps / batching off {off8.fps:.2f} fps = "
-                 f"{ratio:.2f} {_verdict(ratio, 1.25, True)}  [raw batch 8 / raw batch 1: "
-                 f"{raw8.fps / raw1.fps:.2f}]")
+    rounds = ", ".join(f"{v.cpu_s / n.cpu_s:.2f}" for v, n in zip(vigil_runs, naive_runs[::-1], strict=True))
+    lines.append(f"P2 imgsz={imgsz}: vigil {vigil.cpu_s / 2:.2f} cpu s / naive {naive.cpu_s / 2:.2f} cpu s per stream "
+                 f"({clip_s:g} s at {FPS} fps, {decode.analyzed} analysed, mean of 2 runs) = {ratio:.2f} "
+                 f"{_verdict(ratio, 0.5, False)}  [rounds {rounds}]")
+    convert_s = (convert_all.cpu_s - decode.cpu_s) / convert_all.frames_in  # one conversion, derived
+    detect_s = (vigil.cpu_s / 2 - decode.cpu_s) / decode.analyzed - convert_s
+    before = (decode.cpu_s + decode.analyzed * convert_s) / convert_all.cpu_s
+    lines.append(f"   (detector excluded, derived: decode + {decode.analyzed} conversions / decode + "
+                 f"{convert_all.frames_in} conversions = {before:.2f}; one conversion {1000 * convert_s:.2f} ms cpu, "
+                 f"detection + analysis {1000 * detect_s:.1f} ms cpu per analysed frame)")
+    on, off = p3.pooled
+    lines.append(f"P3 imgsz={imgsz} streams=8: batched {on.fps:.2f} fps / batching off {off.fps:.2f} fps = "
+                 f"{p3.ratio:.2f} {_verdict(p3.ratio, 1.25, True)}  [rounds {p3.spread()}; raw batch 8 / "
+                 f"raw batch 1 = {ref.ratio:.2f}]")
     for line in lines:
         print(line, flush=True)
     return lines
@@ -356,6 +408,7 @@ async def main(opts: argparse.Namespace) -> None:
         with av.open(str(clip)) as container:
             frames = list(container.decode(video=0))
         images = [to_bgr(frame) for frame in frames]
+        print(f"load average before {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (other work adds noise)")
         print(f"clip: {len(frames)} frames, {SIZE[0]}x{SIZE[1]} @ {FPS} fps; {opts.seconds:g} s measured per setup "
               "(A-B-B-A legs of half that); fps counted between detector-call boundaries", flush=True)
         summary = [line for imgsz in opts.imgsz for line in await bench_imgsz(imgsz, opts, clip, frames, images)]
@@ -383,9 +436,12 @@ def run(argv: list[str] | None = None) -> None:
     deprecations = _CountDeprecations()
     LOGGER.addFilter(deprecations)
     started = time.perf_counter()
-    asyncio.run(main(opts))
-    print(f"total wall time {time.perf_counter() - started:.1f} s; ultralytics deprecation warnings suppressed: "
-          f"{deprecations.count}")
+    try:
+        asyncio.run(main(opts))
+    except ModelNotAvailable as error:  # e.g. --device cuda where there is no CUDA
+        raise SystemExit(f"bench.video: {error}") from None
+    print(f"total wall time {time.perf_counter() - started:.1f} s; load average after {os.getloadavg()[0]:.2f} "
+          f"(this bench included); ultralytics deprecation warnings suppressed: {deprecations.count}")
 
 
 if __name__ == "__main__":

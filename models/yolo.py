@@ -58,8 +58,9 @@ class UltralyticsDetector:
         self.detect([np.zeros((imgsz, imgsz, 3), np.uint8)])  # warm-up: first-call costs stay out of results
 
     def detect(self, images: list[np.ndarray]) -> list[list[Detection]]:
-        results = self.model.predict(images, imgsz=self.imgsz, conf=self.conf, device=self.device, half=self.half,
-                                     classes=self.classes, verbose=False)
+        options = {"half": True} if self.half else {}  # passing half=False logs a deprecation on every call
+        results = self.model.predict(images, imgsz=self.imgsz, conf=self.conf, device=self.device,
+                                     classes=self.classes, verbose=False, **options)
         out: list[list[Detection]] = []
         for result in results:
             boxes = result.boxes

@@ -148,9 +148,26 @@ class MediaCounts(BaseModel):
     audio: AudioCounts = AudioCounts()
 
 
+class TurnMetrics(BaseModel):
+    """One voice turn's timings in milliseconds; absent stages did not happen (e.g. no reply after barge-in)."""
+
+    turn: int
+    speech_ms: float = Field(description="Length of the user's speech.")
+    end_of_speech_to_final_ms: float | None = Field(None, description="End of speech -> final transcript.")
+    llm_first_token_ms: float | None = Field(None, description="LLM request -> first token.")
+    first_audio_ms: float | None = Field(None, description="End of speech -> first synthesised reply audio.")
+    voice_to_voice_ms: float | None = Field(None, description="End of speech -> first reply audio frame sent.")
+    barge_in_stop_ms: float | None = Field(None, description="Barge-in detected -> reply audio stopped.")
+    prefill: Literal["none", "reused", "restarted"] = Field(
+        "none", description="Streaming prefill: not started, its early LLM request reused, or cancelled and redone."
+    )
+    prefill_saved_ms: float | None = Field(None, description="How much earlier the reused LLM request started.")
+
+
 class Metrics(ServerMessage):
     type: Literal["metrics"] = "metrics"
     media: MediaCounts | None = None
+    turn: TurnMetrics | None = None
 
 
 class Error(ServerMessage):

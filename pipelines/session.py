@@ -82,8 +82,14 @@ class AudioAnalyzer(Protocol):
     """The seam the voice loop plugs into: every audio frame, in order, none dropped."""
 
     name: str
+    output_track: Any  # an aiortc audio track to send back to the peer, or None
+
+    def attach(self, pipeline: SessionPipeline) -> None:
+        """Called once: the analyser sends its messages through the pipeline and reads its scene."""
 
     async def process(self, frame: av.AudioFrame, pts: float) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class CountingOnlyVideoAnalyzer:
@@ -102,8 +108,15 @@ class CountingOnlyAudioAnalyzer:
     """Named seam: consumes audio in order and does nothing with it until the voice loop is configured."""
 
     name = "counting-only"
+    output_track = None
+
+    def attach(self, pipeline: SessionPipeline) -> None:
+        return None
 
     async def process(self, frame: av.AudioFrame, pts: float) -> None:
+        return None
+
+    async def close(self) -> None:
         return None
 
 
@@ -204,6 +217,7 @@ class SessionPipeline:
         self._closed = False
         self._metrics = telemetry.PipelineMetrics(origin)
         self._video_analyzer.configure(config.video)
+        self._audio_analyzer.attach(self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -227,6 +241,7 @@ class SessionPipeline:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        await self._audio_analyzer.close()
         self.send(Metrics, media=self.counts.model_copy(deep=True))
 
     # ------------------------------------------------------------------ messages
@@ -283,6 +298,25 @@ class SessionPipeline:
         self._metrics_timer = self.clock.call_later(self._metrics_interval_s, tick)
 
     # ------------------------------------------------------------------ media in
+
+    @property
+    def audio_output(self) -> Any:
+        """The reply audio track, when the audio analyser speaks back."""
+        return self._audio_analyzer.output_track
+
+    def play_audio_locally(self) -> None:
+        """For sources with no peer to send reply audio to: consume it in real time, as a loudspeaker would,
+        so that playback timing (barge-in, echo gating) means the same as in a WebRTC session."""
+        track = self.audio_output
+        if track is None or self.clock.virtual:
+            return
+
+        async def drain() -> None:
+            with contextlib.suppress(MediaStreamError):
+                while True:
+                    await track.recv()
+
+        self._tasks.append(asyncio.create_task(drain(), name=f"{self.session_id}:playout"))
 
     def add_track(self, kind: str) -> None:
         if kind not in self.tracks:

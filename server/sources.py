@@ -192,7 +192,7 @@ class SourceManager:
             config=config,
             server_version=__version__,
             video_analyzer=self.analyzers.video() if self.analyzers.video else None,
-            audio_analyzer=self.analyzers.audio() if self.analyzers.audio else None,
+            audio_analyzer=self.analyzers.audio(kind) if self.analyzers.audio else None,
             metrics_interval_s=self.settings.sessions.metrics_interval_s,
             audio_queue_frames=self.settings.sessions.audio_queue_frames,
         )
@@ -212,6 +212,7 @@ class SourceManager:
         self.sources[source_id] = source
         SOURCES.set(len(self.sources))
         pipeline.start()
+        pipeline.play_audio_locally()
         source.reader.start()
         log.info("source %s started: %s %s", source_id, kind, shown)
         return source

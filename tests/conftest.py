@@ -62,6 +62,7 @@ async def vigil(clip_dir: Path) -> AsyncIterator[Callable[..., Any]]:
             "sources": {"media_root": str(clip_dir), "reconnect_initial_s": 0.2, "reconnect_max_s": 1.0},
             "sessions": {"metrics_interval_s": 0.5},
             "models": {"detector": {"backend": "none"}},  # tests that need a detector ask for one
+            "voice": {"enabled": False},  # ... and the voice loop
         }
         for section, values in overrides.items():
             if section == "models":

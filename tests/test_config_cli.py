@@ -142,3 +142,14 @@ async def test_replay_streams_a_file_into_a_running_server(vigil, clip_dir: Path
     assert final["media"]["video"]["frames_in"] >= 20  # most of the 30 frames arrive over real RTP
     assert final["media"]["audio"]["seconds_in"] > 1.0
     assert len(server.sessions) == 0  # replay closes its session
+
+
+def test_echo_gating_is_on_by_default_only_for_sources_without_echo_cancelling():
+    from server.engines import voice_loop_config
+
+    settings = load_settings()
+    assert settings.voice.echo_gating == "auto"
+    assert voice_loop_config(settings, "rtsp").echo_gating and voice_loop_config(settings, "file").echo_gating
+    assert not voice_loop_config(settings, "webrtc").echo_gating  # browsers cancel echo themselves
+    forced = load_settings(None, {"voice": {"echo_gating": "on"}})
+    assert voice_loop_config(forced, "webrtc").echo_gating

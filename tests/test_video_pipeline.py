@@ -31,7 +31,7 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 async def _analyze(path: Path, **overrides: Any) -> list[dict]:
-    settings = load_settings(None, overrides)
+    settings = load_settings(None, {"voice": {"enabled": False}, **overrides})
     messages: list[dict] = []
     await analyze_file(path, settings, lambda m: messages.append(m.model_dump(exclude_none=True)),
                        build_analyzers(settings))

@@ -20,7 +20,7 @@ class DetectorVideoAnalyzer:
         self.tracker.configure(config.zones, config.lines, frame_rate=config.target_fps)
 
     async def analyze(self, sampled: SampledFrame) -> DetectionResult:
-        result = await self.batcher.detect(sampled.frame)
+        result = await self.batcher.detect(sampled.frame, stream=id(self))
         width, height = sampled.frame.width, sampled.frame.height
         events = self.tracker.update(result.detections, width, height, sampled.pts)
         return DetectionResult(

@@ -24,13 +24,13 @@ from pipelines import telemetry
 @dataclass(slots=True)
 class BatchResult:
     detections: list[Detection]
-    inference_ms: float  # the batch's conversion + model time
+    inference_ms: float  # the batch's model time
     batch_size: int
 
 
 @dataclass(slots=True)
 class _Request:
-    frame: av.VideoFrame
+    image: np.ndarray
     future: asyncio.Future[BatchResult]
 
 
@@ -40,8 +40,11 @@ def to_bgr(frame: av.VideoFrame) -> np.ndarray:
 
 
 class InferenceBatcher:
+    ACTIVE_WINDOW_S = 2.0  # a stream that submitted this recently is expected to submit again
+
     def __init__(self, detector: Detector, *, max_batch: int = 8, max_wait_ms: float = 10.0) -> None:
         self.detector = detector
+        self._last_submit: dict[int, float] = {}
         self.max_batch = max_batch
         self.max_wait_s = max_wait_ms / 1000.0
         self._pending: list[_Request] = []
@@ -49,14 +52,20 @@ class InferenceBatcher:
         self._task: asyncio.Task[None] | None = None
         # One thread per model: detectors are not thread-safe, and a second thread would only contend.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"infer-{detector.name}")
+        # Conversion runs beside inference (not in series with it): the next batch is ready when the model is.
+        self._convert = ThreadPoolExecutor(max_workers=2, thread_name_prefix="convert")
         self._metrics = telemetry.InferenceMetrics(detector.name)
 
-    async def detect(self, frame: av.VideoFrame) -> BatchResult:
+    async def detect(self, frame: av.VideoFrame, stream: int = 0) -> BatchResult:
+        """``stream`` identifies the caller, so the batcher knows how many frames a batch can expect."""
+        loop = asyncio.get_running_loop()
         if self._task is None or self._task.done():
             self._wakeup = asyncio.Event()
             self._task = asyncio.create_task(self._run(), name=f"batcher:{self.detector.name}")
-        future: asyncio.Future[BatchResult] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(frame, future))
+        image = await loop.run_in_executor(self._convert, to_bgr, frame)
+        self._last_submit[stream] = loop.time()
+        future: asyncio.Future[BatchResult] = loop.create_future()
+        self._pending.append(_Request(image, future))
         assert self._wakeup is not None
         self._wakeup.set()
         return await future
@@ -70,6 +79,14 @@ class InferenceBatcher:
             request.future.cancel()
         self._pending.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._convert.shutdown(wait=False, cancel_futures=True)
+
+    def _expected(self, now: float) -> int:
+        """How many frames are worth waiting for: one per recently active stream, at most max_batch."""
+        for stream, last in list(self._last_submit.items()):
+            if now - last > self.ACTIVE_WINDOW_S:
+                del self._last_submit[stream]
+        return max(1, min(self.max_batch, len(self._last_submit)))
 
     async def _run(self) -> None:
         assert self._wakeup is not None
@@ -80,7 +97,8 @@ class InferenceBatcher:
             if not self._pending:
                 continue
             deadline = loop.time() + self.max_wait_s
-            while len(self._pending) < self.max_batch and (left := deadline - loop.time()) > 0:
+            # Wait only for streams that can still submit: each stream has at most one frame pending.
+            while len(self._pending) < self._expected(loop.time()) and (left := deadline - loop.time()) > 0:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), left)
                 self._wakeup.clear()
@@ -90,10 +108,9 @@ class InferenceBatcher:
                 self._wakeup.set()  # more waiting: go round again at once
             if not batch:
                 continue
-            frames = [r.frame for r in batch]
             started = time.perf_counter()
             try:
-                results = await loop.run_in_executor(self._executor, self._infer, frames)
+                results = await loop.run_in_executor(self._executor, self.detector.detect, [r.image for r in batch])
             except Exception as error:
                 for request in batch:
                     if not request.future.done():
@@ -104,6 +121,3 @@ class InferenceBatcher:
             for request, detections in zip(batch, results, strict=True):
                 if not request.future.done():
                     request.future.set_result(BatchResult(detections, elapsed_ms, len(batch)))
-
-    def _infer(self, frames: list[av.VideoFrame]) -> list[list[Detection]]:
-        return self.detector.detect([to_bgr(frame) for frame in frames])

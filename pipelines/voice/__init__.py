@@ -1,0 +1,1 @@
+"""The voice loop: VAD -> streaming STT -> streaming LLM -> streaming TTS, interruptible."""

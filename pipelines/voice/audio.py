@@ -1,0 +1,116 @@
+"""Audio plumbing for the voice loop: one resampler to 16 kHz mono on the way in, and the reply track out."""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import time
+from collections.abc import Callable
+
+import av
+import numpy as np
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+VAD_RATE = 16000
+OUT_RATE = 48000
+OUT_FRAME = 960  # 20 ms at 48 kHz, what aiortc's Opus encoder expects
+
+
+class InputResampler:
+    """Any rate and layout -> float32 mono 16 kHz in [-1, 1], done once per session with PyAV's resampler."""
+
+    def __init__(self) -> None:
+        self._resampler = av.AudioResampler(format="flt", layout="mono", rate=VAD_RATE)
+
+    def __call__(self, frame: av.AudioFrame) -> np.ndarray:
+        frame.pts = None  # the resampler keeps its own timeline; WebRTC timestamps can jump
+        chunks = [f.to_ndarray().reshape(-1) for f in self._resampler.resample(frame)]
+        return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
+
+
+def resample_pcm(pcm: np.ndarray, rate: int, target: int = OUT_RATE) -> np.ndarray:
+    """int16 mono at ``rate`` -> int16 mono at ``target`` (TTS output to the 48 kHz track)."""
+    if rate == target or pcm.size == 0:
+        return pcm.astype(np.int16)
+    frame = av.AudioFrame.from_ndarray(pcm.astype(np.int16).reshape(1, -1), format="s16", layout="mono")
+    frame.sample_rate = rate
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=target)
+    out = [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
+    out += [f.to_ndarray().reshape(-1) for f in resampler.resample(None)]
+    return np.concatenate(out) if out else np.zeros(0, np.int16)
+
+
+class ReplyAudioTrack(MediaStreamTrack):
+    """The session's outbound audio: reply speech when there is some, silence otherwise, paced in real time.
+
+    ``flush()`` (barge-in) drops everything not yet sent; the next 20 ms frame is silence.
+    """
+
+    kind = "audio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending = np.zeros(0, np.int16)
+        self._start: float | None = None
+        self._timestamp = 0
+        self._turn_of_audio: list[tuple[int, int]] = []  # (sample index where a turn's audio starts, turn)
+        self._queued_total = 0
+        self._sent_total = 0
+        self.on_first_audio: Callable[[int, float], None] | None = None  # (turn, perf_counter) when sent
+        self.on_silence_after_flush: Callable[[float], None] | None = None
+        self._flushed_at: float | None = None
+        self._announced: set[int] = set()
+
+    @property
+    def playing(self) -> bool:
+        return self._pending.size > 0
+
+    def enqueue(self, pcm: np.ndarray, turn: int) -> None:
+        """Append 48 kHz int16 mono speech for ``turn``."""
+        if turn not in self._announced:
+            self._turn_of_audio.append((self._queued_total, turn))
+        self._queued_total += pcm.size
+        self._pending = np.concatenate([self._pending, pcm.astype(np.int16)])
+
+    def flush(self) -> int:
+        dropped = self._pending.size
+        self._pending = np.zeros(0, np.int16)
+        self._queued_total = self._sent_total
+        self._turn_of_audio.clear()
+        self._flushed_at = time.perf_counter()
+        return dropped
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self._start is None:
+            self._start = time.time()
+        else:
+            self._timestamp += OUT_FRAME
+            wait = self._start + self._timestamp / OUT_RATE - time.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        chunk = self._pending[:OUT_FRAME]
+        self._pending = self._pending[OUT_FRAME:]
+        samples = np.zeros(OUT_FRAME, np.int16)
+        samples[: chunk.size] = chunk
+        if chunk.size:
+            self._announce(chunk.size)
+        elif self._flushed_at is not None and self.on_silence_after_flush is not None:
+            self.on_silence_after_flush((time.perf_counter() - self._flushed_at) * 1000.0)
+            self._flushed_at = None
+        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = OUT_RATE
+        frame.pts = self._timestamp
+        frame.time_base = fractions.Fraction(1, OUT_RATE)
+        return frame
+
+    def _announce(self, sent: int) -> None:
+        """Report the first frame of each turn's audio leaving us (the end of voice-to-voice)."""
+        position, self._sent_total = self._sent_total, self._sent_total + sent
+        for start, turn in self._turn_of_audio:
+            if position <= start < self._sent_total and turn not in self._announced:
+                self._announced.add(turn)
+                if self.on_first_audio is not None:
+                    self.on_first_audio(turn, time.perf_counter())
+        self._turn_of_audio = [(s, t) for s, t in self._turn_of_audio if s >= self._sent_total]

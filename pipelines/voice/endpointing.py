@@ -1,0 +1,74 @@
+"""Turn detection from per-frame VAD probabilities: start after enough speech, end after enough silence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+FRAME_SAMPLES = 512  # Silero's frame at 16 kHz: 32 ms
+FRAME_MS = FRAME_SAMPLES / 16.0
+
+
+@dataclass(slots=True)
+class TurnStarted:
+    pass
+
+
+@dataclass(slots=True)
+class TurnEnded:
+    audio: np.ndarray  # float32 16 kHz, pre-roll included
+    truncated: bool  # cut at the maximum turn length
+
+
+class Endpointer:
+    def __init__(self, *, threshold: float = 0.5, min_speech_ms: float = 250, end_silence_ms: float = 600,
+                 max_turn_s: float = 30.0, preroll_ms: float = 300) -> None:
+        self.threshold = threshold
+        self.min_speech_frames = max(1, round(min_speech_ms / FRAME_MS))
+        self.end_silence_frames = max(1, round(end_silence_ms / FRAME_MS))
+        self.max_turn_frames = max(1, round(max_turn_s * 1000 / FRAME_MS))
+        self.preroll_frames = round(preroll_ms / FRAME_MS)
+        self.in_turn = False
+        self.speech_run = 0  # consecutive-ish speech frames (short gaps tolerated)
+        self._gap = 0
+        self._silence = 0
+        self._frames: list[np.ndarray] = []  # the turn so far (or the pre-roll while idle)
+
+    @property
+    def speech_run_ms(self) -> float:
+        return self.speech_run * FRAME_MS
+
+    def turn_audio(self) -> np.ndarray:
+        return np.concatenate(self._frames) if self._frames else np.zeros(0, np.float32)
+
+    def push(self, frame: np.ndarray, probability: float, *, gated: bool = False) -> TurnStarted | TurnEnded | None:
+        """One 512-sample frame. ``gated``: our own reply is playing, so this cannot be the user."""
+        speech = probability >= self.threshold and not gated
+        if speech:
+            self.speech_run += 1
+            self._gap = 0
+        else:
+            self._gap += 1
+            if self._gap > 3:  # ~100 ms of non-speech ends a run; shorter dips are part of speaking
+                self.speech_run = 0
+        self._frames.append(frame)
+        if not self.in_turn:
+            self._frames = self._frames[-(self.preroll_frames + self.min_speech_frames):]
+            if self.speech_run >= self.min_speech_frames:
+                self.in_turn, self._silence = True, 0
+                return TurnStarted()
+            return None
+        self._silence = 0 if speech else self._silence + 1
+        if self._silence >= self.end_silence_frames:
+            return self._end(truncated=False)
+        if len(self._frames) >= self.max_turn_frames:
+            return self._end(truncated=True)
+        return None
+
+    def _end(self, truncated: bool) -> TurnEnded:
+        audio = self.turn_audio()
+        if not truncated:  # drop the trailing silence that ended the turn
+            audio = audio[: max(0, audio.size - (self._silence - 3) * FRAME_SAMPLES)]
+        self.in_turn, self._frames, self._silence, self.speech_run = False, [], 0, 0
+        return TurnEnded(audio, truncated)

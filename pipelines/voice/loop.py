@@ -1,0 +1,436 @@
+"""The voice loop of one session: VAD -> streaming STT -> streaming LLM -> streaming TTS -> reply track.
+
+Audio arrives in order and is never dropped. Each turn moves through small steps that talk in protocol
+messages: partial transcripts while the user speaks (a word prefix two consecutive decodes agree on), an early
+LLM request once the partial has been stable for a while (streaming prefill), a final transcript at the end of
+the turn, then reply deltas, sentence-by-sentence speech, and a ``metrics`` message with the turn's timings.
+Barge-in (the user speaking over a reply) is a message too: an ``event`` ``barge_in`` after the reply was cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import av
+import numpy as np
+
+from models.llm import ChatMessage, LanguageModel, LlmRequest, LlmUnavailable
+from models.tts import TextToSpeech, split_sentences
+from models.vad import SileroVadModel, VadStream
+from pipelines import telemetry
+from pipelines.protocol import Event, Metrics, Reply, Transcript, TurnMetrics
+from pipelines.voice.audio import InputResampler, ReplyAudioTrack, resample_pcm
+from pipelines.voice.endpointing import FRAME_SAMPLES, Endpointer, TurnEnded, TurnStarted
+
+if TYPE_CHECKING:
+    from models.stt import WhisperStt
+    from pipelines.session import SessionPipeline
+
+log = logging.getLogger(__name__)
+
+ECHO_TAIL_S = 0.4  # room reverberation after our reply stops still reaches the microphone
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceLoopConfig:
+    vad_threshold: float = 0.5
+    min_speech_ms: float = 250
+    end_of_turn_silence_ms: float = 600
+    max_turn_s: float = 30.0
+    partial_interval_ms: float = 400
+    prefill: bool = True
+    prefill_stable_ms: float = 300
+    barge_in: bool = True
+    barge_in_min_speech_ms: float = 200
+    echo_gating: bool = False
+    system_prompt: str = "You are Vigil, a concise assistant that can see through the user's camera."
+    max_reply_tokens: int = 96
+    memory_tokens: int = 1024
+    temperature: float = 0.0
+    silent_track_s: float = 10.0
+
+
+@dataclass
+class VoiceEngine:
+    """The models, loaded once per process; each blocking model has its own thread (they are not reentrant)."""
+
+    vad: SileroVadModel
+    stt: WhisperStt
+    llm: LanguageModel
+    tts: TextToSpeech
+    owns_llm: bool = True  # False when the LLM is shared process-wide and outlives this engine
+    vad_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "vad"))
+    stt_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "stt"))
+    tts_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "tts"))
+
+    @property
+    def names(self) -> str:
+        return f"{self.stt.name}+{self.llm.name}+{self.tts.name}"
+
+    async def close(self) -> None:
+        if self.owns_llm:
+            await self.llm.close()
+        for executor in (self.vad_executor, self.stt_executor, self.tts_executor):
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"[^a-z0-9 ]", "", text.lower()).strip()
+
+
+def _agreed_prefix(previous: str, current: str) -> str:
+    """The words two consecutive decodes agree on: stable enough to show (or to prefill with)."""
+    agreed = []
+    for a, b in zip(_words(previous), _words(current), strict=False):
+        if _normalise(a) != _normalise(b):
+            break
+        agreed.append(b)
+    return " ".join(agreed)
+
+
+@dataclass
+class _Turn:
+    number: int
+    started: float = field(default_factory=time.perf_counter)
+    end_of_speech: float | None = None
+    speech_ms: float = 0.0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    reported: bool = False
+
+
+@dataclass
+class _Speculation:
+    """An LLM request started before the end of the turn, on a partial transcript (streaming prefill)."""
+
+    text: str
+    started: float
+    task: asyncio.Task[None]
+    confirmed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class VoiceLoop:
+    """The session's ``AudioAnalyzer``."""
+
+    def __init__(self, engine: VoiceEngine, config: VoiceLoopConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self.name = engine.names
+        self.output_track = ReplyAudioTrack()
+        self.output_track.on_first_audio = self._first_audio_sent
+        self.output_track.on_silence_after_flush = self._reply_audio_stopped
+        self.last_request: LlmRequest | None = None  # what the LLM was last asked (tests and debugging)
+        self._pipeline: SessionPipeline | None = None
+        self._resample = InputResampler()
+        self._vad = VadStream(engine.vad)
+        self._endpointer = Endpointer(threshold=config.vad_threshold, min_speech_ms=config.min_speech_ms,
+                                      end_silence_ms=config.end_of_turn_silence_ms, max_turn_s=config.max_turn_s)
+        self._pending = np.zeros(0, np.float32)
+        self._memory: list[ChatMessage] = []
+        self._turn_count = 0
+        self._turn: _Turn | None = None  # the user turn being spoken
+        self._replying: _Turn | None = None  # the turn whose reply is being generated or played
+        self._reply_task: asyncio.Task[None] | None = None
+        self._speculation: _Speculation | None = None
+        self._partial_task: asyncio.Task[None] | None = None
+        self._last_partial_at = 0.0
+        self._decodes: list[str] = []
+        self._shown_partial = ""
+        self._stable_since: float | None = None
+        self._last_played = 0.0
+        self._silent_s = 0.0
+        self._silence_reported = False
+        self._barge_in_at: float | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ AudioAnalyzer
+
+    def attach(self, pipeline: SessionPipeline) -> None:
+        self._pipeline = pipeline
+
+    async def process(self, frame: av.AudioFrame, pts: float) -> None:
+        samples = self._resample(frame)
+        self._watch_for_silence(samples)
+        self._pending = np.concatenate([self._pending, samples])
+        count = self._pending.size // FRAME_SAMPLES
+        if count == 0:
+            return
+        chunks = [self._pending[i * FRAME_SAMPLES: (i + 1) * FRAME_SAMPLES] for i in range(count)]
+        self._pending = self._pending[count * FRAME_SAMPLES:]
+        loop = asyncio.get_running_loop()
+        probabilities = await loop.run_in_executor(self.engine.vad_executor, self._vad_batch, chunks)
+        for chunk, probability in zip(chunks, probabilities, strict=True):
+            await self._on_vad_frame(chunk, probability)
+
+    async def close(self) -> None:
+        for task in [self._reply_task, self._partial_task, *self._tasks,
+                     self._speculation.task if self._speculation else None]:
+            if task is not None:
+                task.cancel()
+        self.output_track.stop()
+
+    # ------------------------------------------------------------------ per frame
+
+    def _vad_batch(self, chunks: list[np.ndarray]) -> list[float]:
+        return [self._vad.probability(chunk) for chunk in chunks]
+
+    def _gated(self) -> bool:
+        if not self.config.echo_gating:
+            return False
+        if self.output_track.playing:
+            self._last_played = time.perf_counter()
+            return True
+        return time.perf_counter() - self._last_played < ECHO_TAIL_S
+
+    async def _on_vad_frame(self, chunk: np.ndarray, probability: float) -> None:
+        event = self._endpointer.push(chunk, probability, gated=self._gated())
+        if self.config.barge_in and self._reply_active() and self._barge_in_at is None \
+                and self._endpointer.speech_run_ms >= self.config.barge_in_min_speech_ms:
+            await self._barge_in()
+        if isinstance(event, TurnStarted):
+            self._start_turn()
+        elif isinstance(event, TurnEnded):
+            await self._end_turn(event)
+        elif self._turn is not None:
+            self._maybe_partial()
+
+    def _watch_for_silence(self, samples: np.ndarray) -> None:
+        if samples.size and np.abs(samples).max() > 1e-4:
+            self._silent_s, self._silence_reported = 0.0, False
+            return
+        self._silent_s += samples.size / 16000
+        if self._silent_s >= self.config.silent_track_s and not self._silence_reported:
+            self._silence_reported = True
+            self._error("audio_silent", f"the audio track has been digitally silent for "
+                                        f"{self.config.silent_track_s:g} s (muted microphone?)")
+
+    # ------------------------------------------------------------------ turns
+
+    def _start_turn(self) -> None:
+        self._turn_count += 1
+        self._turn = _Turn(self._turn_count)
+        self._decodes, self._shown_partial, self._stable_since = [], "", None
+        self._last_partial_at = time.perf_counter()
+
+    async def _end_turn(self, ended: TurnEnded) -> None:
+        turn, self._turn = self._turn, None
+        if turn is None:
+            return
+        silence_s = 0.0 if ended.truncated else self.config.end_of_turn_silence_ms / 1000.0
+        turn.end_of_speech = time.perf_counter() - silence_s
+        turn.speech_ms = round(ended.audio.size / 16.0, 1)
+        if ended.truncated:
+            self._error("turn_too_long", f"turn {turn.number} cut at voice.max_turn_s={self.config.max_turn_s:g} s;"
+                                         " answering what was said so far")
+        if self._partial_task is not None:
+            self._partial_task.cancel()
+        try:
+            text = (await self._transcribe(ended.audio)).strip()
+        except Exception as error:
+            log.exception("final transcription failed")
+            self._error("stt_failed", f"speech recognition failed: {error}")
+            self._cancel_speculation()
+            return
+        turn.metrics["end_of_speech_to_final_ms"] = self._ms_since(turn.end_of_speech)
+        self._send(Transcript, turn=turn.number, text=text, final=True)
+        if not text:
+            self._cancel_speculation()
+            self._report(turn)
+            return
+        speculation, self._speculation = self._speculation, None
+        if speculation is not None and _normalise(speculation.text) == _normalise(text):
+            turn.metrics["prefill"] = "reused"
+            turn.metrics["prefill_saved_ms"] = round((time.perf_counter() - speculation.started) * 1000.0, 1)
+            self._replying, self._reply_task = turn, speculation.task
+            speculation.confirmed.set()
+            telemetry.VOICE_PREFILL.labels(outcome="reused").inc()
+        else:
+            if speculation is not None:
+                speculation.task.cancel()
+                turn.metrics["prefill"] = "restarted"
+                telemetry.VOICE_PREFILL.labels(outcome="restarted").inc()
+            self._replying = turn
+            self._reply_task = asyncio.create_task(self._reply(turn, text, None), name="voice:reply")
+        if self._pipeline is not None and self._pipeline.clock.virtual:
+            await asyncio.gather(self._reply_task, return_exceptions=True)  # replay stays deterministic
+
+    def _maybe_partial(self) -> None:
+        now = time.perf_counter()
+        busy = self._partial_task is not None and not self._partial_task.done()
+        if busy or (now - self._last_partial_at) * 1000.0 < self.config.partial_interval_ms:
+            return
+        self._last_partial_at = now
+        assert self._turn is not None
+        self._partial_task = asyncio.create_task(self._partial(self._turn, self._endpointer.turn_audio()))
+
+    async def _partial(self, turn: _Turn, audio: np.ndarray) -> None:
+        try:
+            text = (await self._transcribe(audio)).strip()
+        except Exception:
+            log.exception("partial transcription failed")
+            return
+        if self._turn is not turn:
+            return  # the turn ended meanwhile; its final transcript supersedes this one
+        previous = self._decodes[-1] if self._decodes else ""
+        self._decodes.append(text)
+        agreed = _agreed_prefix(previous, text)
+        if agreed and agreed != self._shown_partial:
+            self._shown_partial, self._stable_since = agreed, time.perf_counter()
+            self._send(Transcript, turn=turn.number, text=agreed, final=False)
+        elif agreed and self._stable_since is not None and self.config.prefill and self._speculation is None:
+            if (time.perf_counter() - self._stable_since) * 1000.0 >= self.config.prefill_stable_ms:
+                self._speculate(turn, agreed)
+
+    def _speculate(self, turn: _Turn, text: str) -> None:
+        self._cancel_speculation()
+        confirmed = asyncio.Event()
+        task = asyncio.create_task(self._reply(turn, text, confirmed), name="voice:prefill")
+        self._speculation = _Speculation(text, time.perf_counter(), task, confirmed)
+
+    def _cancel_speculation(self) -> None:
+        if self._speculation is not None:
+            self._speculation.task.cancel()
+            self._speculation = None
+
+    async def _transcribe(self, audio: np.ndarray) -> str:
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self.engine.stt_executor, self.engine.stt.transcribe, audio)
+        return result.text
+
+    # ------------------------------------------------------------------ replies
+
+    async def _request(self, text: str) -> LlmRequest:
+        system = self.config.system_prompt
+        if self._pipeline is not None:
+            system += "\n\nWhat the camera sees right now: " + self._pipeline.scene.summary()
+        messages = [ChatMessage("system", system), *self._memory, ChatMessage("user", text)]
+        # Trim the oldest exchanges until the prompt fits the memory budget (system and question always stay).
+        # count_tokens may ask the model's own tokenizer (blocking): keep it off the event loop.
+        while len(messages) > 2 and await asyncio.to_thread(self.engine.llm.count_tokens, messages) \
+                > self.config.memory_tokens:
+            del messages[1:3]
+        return LlmRequest(messages, max_tokens=self.config.max_reply_tokens, temperature=self.config.temperature)
+
+    async def _reply(self, turn: _Turn, text: str, confirmed: asyncio.Event | None) -> None:
+        request = await self._request(text)
+        self.last_request = request
+        started = time.perf_counter()
+        reply_text = ""
+        buffer = ""
+        first = True
+        try:
+            async for delta in self.engine.llm.stream(request):
+                if first:
+                    first = False
+                    turn.metrics["llm_first_token_ms"] = round((time.perf_counter() - started) * 1000.0, 1)
+                if confirmed is not None and not confirmed.is_set():
+                    await confirmed.wait()  # a speculative reply stays silent until the final transcript agrees
+                reply_text += delta
+                self._send(Reply, turn=turn.number, delta=delta)
+                sentences, buffer = split_sentences(buffer + delta)
+                for sentence in sentences:
+                    await self._speak(turn, sentence)
+            if confirmed is not None and not confirmed.is_set():
+                await confirmed.wait()
+            if buffer.strip():
+                await self._speak(turn, buffer)
+            self._send(Reply, turn=turn.number, done=True)
+            self._memory += [ChatMessage("user", text), ChatMessage("assistant", reply_text.strip())]
+        except LlmUnavailable as error:
+            self._error("llm_unavailable", str(error))
+            self._send(Reply, turn=turn.number, done=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.exception("reply failed")
+            self._error("reply_failed", f"the reply failed: {error}")
+            self._send(Reply, turn=turn.number, done=True)
+        finally:
+            if confirmed is None or confirmed.is_set():
+                self._reply_finished(turn)
+
+    async def _speak(self, turn: _Turn, sentence: str) -> None:
+        if self._pipeline is not None and self._pipeline.clock.virtual:
+            return  # offline replay has nowhere to play audio
+        loop = asyncio.get_running_loop()
+        tts = self.engine.tts
+        pcm = await loop.run_in_executor(self.engine.tts_executor, tts.synthesize, sentence)
+        pcm48 = resample_pcm(pcm, tts.sample_rate)
+        if "first_audio_ms" not in turn.metrics and turn.end_of_speech is not None:
+            turn.metrics["first_audio_ms"] = self._ms_since(turn.end_of_speech)
+        self.output_track.enqueue(pcm48, turn.number)
+
+    def _reply_finished(self, turn: _Turn) -> None:
+        # Report now unless queued reply audio has yet to start playing (then _first_audio_sent reports) or a
+        # barge-in is stopping it (then _reply_audio_stopped reports, with the stop time).
+        audio_started = "voice_to_voice_ms" in turn.metrics or not self.output_track.playing
+        if self._replying is turn and self._barge_in_at is None and audio_started:
+            self._report(turn)
+
+    def _reply_active(self) -> bool:
+        return (self._reply_task is not None and not self._reply_task.done()) or self.output_track.playing
+
+    def _first_audio_sent(self, turn_number: int, when: float) -> None:
+        turn = self._replying
+        if turn is None or turn.number != turn_number or turn.end_of_speech is None:
+            return
+        turn.metrics["voice_to_voice_ms"] = round((when - turn.end_of_speech) * 1000.0, 1)
+        telemetry.VOICE_STAGE_MS.labels(stage="voice_to_voice").observe(turn.metrics["voice_to_voice_ms"])
+        if self._reply_task is not None and self._reply_task.done():
+            self._report(turn)
+
+    async def _barge_in(self) -> None:
+        turn = self._replying
+        self._barge_in_at = time.perf_counter()
+        for task in (self._reply_task, self._speculation.task if self._speculation else None):
+            if task is not None:
+                task.cancel()
+        self._speculation = None
+        dropped = self.output_track.flush()
+        if turn is not None:
+            self._send(Event, name="barge_in", data={"turn": turn.number, "dropped_audio_ms": round(dropped / 48, 1)})
+        telemetry.VOICE_BARGE_INS.inc()
+
+    def _reply_audio_stopped(self, stop_ms: float) -> None:
+        """Called by the reply track when its first silent frame after a flush went out."""
+        turn, self._replying = self._replying, None
+        if self._barge_in_at is None:
+            return
+        stop = round((time.perf_counter() - self._barge_in_at) * 1000.0, 1)
+        self._barge_in_at = None
+        telemetry.VOICE_STAGE_MS.labels(stage="barge_in_stop").observe(stop)
+        if turn is not None:
+            turn.metrics["barge_in_stop_ms"] = stop
+            self._report(turn)
+
+    # ------------------------------------------------------------------ messages
+
+    def _report(self, turn: _Turn) -> None:
+        if turn.reported:
+            return
+        turn.reported = True
+        for stage in ("end_of_speech_to_final_ms", "llm_first_token_ms", "first_audio_ms"):
+            if stage in turn.metrics:
+                telemetry.VOICE_STAGE_MS.labels(stage=stage.removesuffix("_ms")).observe(turn.metrics[stage])
+        self._send(Metrics, turn=TurnMetrics(turn=turn.number, speech_ms=turn.speech_ms, **turn.metrics))
+
+    def _send(self, message_type: type, **fields: Any) -> None:
+        if self._pipeline is not None:
+            self._pipeline.send(message_type, **fields)
+
+    def _error(self, code: str, message: str) -> None:
+        if self._pipeline is not None:
+            self._pipeline.error(code, message)
+
+    @staticmethod
+    def _ms_since(moment: float) -> float:
+        return round((time.perf_counter() - moment) * 1000.0, 1)

@@ -1,0 +1,217 @@
+"""The voice loop over real WebRTC with the real embedded models: Silero VAD, Whisper tiny.en, SmolLM2, Piper."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aiortc.contrib.media import MediaPlayer
+
+from models.stt import WhisperStt
+from pipelines.voice.audio import OUT_RATE
+from server.client import VigilClient
+from tests.support.audio import Recorder, ScriptedMicrophone, rms, silence, speech
+from tests.support.llm_server import LlmServer
+from tests.support.media import slideshow
+
+QUESTION = "How many people do you see?"
+VOICE = {"enabled": True, "end_of_turn_silence_ms": 500, "silent_track_s": 3}
+
+
+NUMBERS = dict(enumerate("zero one two three four five six seven eight nine ten".split()))
+
+
+def _words(text: str) -> set[str]:
+    """Lower-case words, digits spelled out (the recogniser writes 'one' where the LLM wrote '1')."""
+    text = re.sub(r"\b(\d+)\b", lambda m: NUMBERS.get(int(m.group(1)), m.group(1)), text.lower())
+    return set(re.findall(r"[a-z']+", text))
+
+
+class VoiceCall:
+    """A real aiortc client with a scripted microphone, recording the reply audio it receives."""
+
+    def __init__(self, url: str, video: Any = None) -> None:
+        self.mic = ScriptedMicrophone()
+        self.client = VigilClient(url)
+        self.recorder: Recorder | None = None
+        self.video = video
+
+        @self.client.pc.on("track")
+        def on_track(track: Any) -> None:
+            if track.kind == "audio":
+                self.recorder = Recorder(track)
+
+    async def __aenter__(self) -> VoiceCall:
+        await self.client.connect([self.mic, *([self.video] if self.video else [])])
+        await self.client.next_message("hello")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.recorder is not None:
+            await self.recorder.stop()
+        await self.client.close()
+
+    async def turn(self, number: int, timeout: float = 60.0) -> dict[str, Any]:
+        """Messages of one turn up to its metrics: final transcript, reply text, metrics."""
+        final = await self.client.next_message("transcript", timeout,
+                                               where=lambda m: m["final"] and m["turn"] == number)
+        reply = ""
+        while True:
+            message = await self.client.next_message(timeout=timeout)
+            if message["type"] == "reply" and message["turn"] == number:
+                if message.get("done"):
+                    break
+                reply += message["delta"]
+            elif message["type"] == "error":
+                raise AssertionError(f"error during turn {number}: {message}")
+        metrics = await self.client.next_message("metrics", timeout, where=lambda m: "turn" in m)
+        return {"final": final, "reply": reply, "metrics": metrics["turn"]}
+
+
+def _session_loop(server: Any) -> Any:
+    (session,) = server.sessions.sessions.values()
+    return session.pipeline._audio_analyzer
+
+
+async def test_spoken_question_gets_a_spoken_answer(vigil):
+    server = await vigil(voice=VOICE)
+    async with VoiceCall(server.url) as call:
+        call.mic.say(silence(0.3))
+        call.mic.say(speech(QUESTION))
+        turn = await call.turn(1)
+        assert {"how", "many", "people"} <= _words(turn["final"]["text"]), turn["final"]
+        assert turn["reply"].strip(), "the LLM answered nothing"
+        metrics = turn["metrics"]
+        assert metrics["turn"] == 1 and metrics["speech_ms"] > 1000
+        for stage in ("end_of_speech_to_final_ms", "llm_first_token_ms", "first_audio_ms", "voice_to_voice_ms"):
+            assert metrics[stage] > 0, metrics
+        assert metrics["voice_to_voice_ms"] >= metrics["first_audio_ms"] >= metrics["end_of_speech_to_final_ms"]
+        assert call.recorder is not None
+        async with asyncio.timeout(30):  # until the reply has finished playing
+            while (last := call.recorder.last_loud()) is None or time.perf_counter() - last < 1.0:  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
+        reply_audio = call.recorder.audio()
+        loud = [s for _, s in call.recorder.frames if rms(s) > 300]
+        assert len(loud) > 25, "less than half a second of audible reply audio arrived"
+        # The reply audio, heard back through the same speech recogniser, says (some of) the reply's words.
+        heard = WhisperStt().transcribe(_to_16k(reply_audio)).text
+        overlap = _words(heard) & _words(turn["reply"])
+        assert len(overlap) >= min(3, len(_words(turn["reply"]))), (heard, turn["reply"])
+
+
+def _to_16k(pcm48: np.ndarray) -> np.ndarray:
+    from pipelines.voice.audio import resample_pcm
+
+    return resample_pcm(pcm48, OUT_RATE, 16000).astype(np.float32) / 32768.0
+
+
+async def test_partial_transcripts_arrive_while_speaking(vigil):
+    server = await vigil(voice={**VOICE, "partial_interval_ms": 250})
+    async with VoiceCall(server.url) as call:
+        long_question = "Please tell me what you can see on the camera right now and how many people are there."
+        call.mic.say(speech(long_question))
+        partial = await call.client.next_message("transcript", 30, where=lambda m: not m["final"])
+        final = await call.client.next_message("transcript", 30, where=lambda m: m["final"])
+        assert partial["turn"] == final["turn"] == 1
+        assert partial["text"], partial
+        shared = _words(partial["text"]) & _words(final["text"])
+        assert len(shared) >= 0.7 * len(_words(partial["text"])), (partial["text"], final["text"])
+        assert final["text"].lower().split()[0] == partial["text"].lower().split()[0]
+
+
+async def test_barge_in_stops_reply_audio_and_cancels_the_llm(vigil):
+    server = await vigil(voice={**VOICE, "max_reply_tokens": 200})
+    async with VoiceCall(server.url) as call:
+        call.mic.say(speech("Tell me a long story about a brave knight and a dragon."))
+        await call.client.next_message("transcript", 60, where=lambda m: m["final"])
+        assert call.recorder is not None
+        async with asyncio.timeout(60):
+            while call.recorder.first_loud() is None:  # noqa: ASYNC110 - wait until the reply is audible
+                await asyncio.sleep(0.05)
+        loop = _session_loop(server)
+        reply_task = loop._reply_task
+        call.mic.say(speech("Stop. What time is it?"))
+        barge = await call.client.next_message("event", 30, where=lambda m: m["name"] == "barge_in")
+        barged_at = time.perf_counter()
+        assert barge["data"]["turn"] == 1
+        metrics = await call.client.next_message("metrics", 30,
+                                                 where=lambda m: "turn" in m and m["turn"]["turn"] == 1)
+        assert metrics["turn"]["barge_in_stop_ms"] is not None
+        assert reply_task is not None and reply_task.cancelled(), "the LLM stream of turn 1 was not cancelled"
+        second = await call.turn(2)
+        second_final_at = time.perf_counter()
+        assert "time" in _words(second["final"]["text"])
+        # Turn 1's audio stopped: nothing audible between the barge-in and turn 2's reply.
+        loud_after = [t for t, samples in call.recorder.frames
+                      if barged_at + 0.3 < t < second_final_at and rms(samples) > 300]
+        assert loud_after == [], f"{len(loud_after)} loud frames after the barge-in"
+
+
+async def test_prompt_carries_the_live_scene(vigil, tmp_path: Path):
+    video = slideshow(tmp_path / "people.mp4", [("zidane", 20.0)], fps=5)
+    server = await vigil(voice=VOICE, video={"target_fps": 2}, models={"detector": {"backend": "yolo"}})
+    player = MediaPlayer(str(video))
+    async with VoiceCall(server.url, video=player.video) as call:
+        await call.client.next_message("detections", 30, where=lambda m: len(m["objects"]) == 2)
+        call.mic.say(speech(QUESTION))
+        await call.turn(1)
+        request = _session_loop(server).last_request
+        system = request.messages[0].content
+        assert "2 persons" in system, system
+        assert request.messages[-1].content.lower().startswith("how many people")
+    player.video.stop()
+
+
+async def test_http_llm_backend_and_a_backend_that_is_down(vigil):
+    with LlmServer() as upstream:
+        server = await vigil(voice=VOICE, models={"llm": {"backend": "openai", "base_url": upstream.url}})
+        async with VoiceCall(server.url) as call:
+            call.mic.say(speech(QUESTION))
+            turn = await call.turn(1)
+            assert turn["reply"].strip()
+            upstream.stop()
+            call.mic.say(speech("What color is the sky?"))
+            error = await call.client.next_message("error", 60)
+            assert error["code"] == "llm_unavailable" and upstream.url.split("//")[1] in error["message"]
+            call.client.send({"v": 1, "type": "ping", "id": "alive"})
+            assert (await call.client.next_message("pong", 10))["id"] == "alive"
+
+
+async def test_silent_track_and_overlong_turn_get_clear_errors(vigil):
+    server = await vigil(voice={**VOICE, "max_turn_s": 3.0})
+    async with VoiceCall(server.url) as call:
+        silent = await call.client.next_message("error", 20)
+        assert silent["code"] == "audio_silent"
+        monologue = " ".join(["I keep talking about the weather and the trains and the people in town."] * 3)
+        call.mic.say(speech(monologue))
+        error = await call.client.next_message("error", 30, where=lambda m: m["code"] == "turn_too_long")
+        assert "max_turn_s" in error["message"]
+        final = await call.client.next_message("transcript", 30, where=lambda m: m["final"])
+        assert final["turn"] == 1 and final["text"]
+        call.client.send({"v": 1, "type": "ping", "id": 1})
+        assert (await call.client.next_message("pong", 10))["id"] == 1
+
+
+@pytest.mark.parametrize("gating", ["on", "off"])
+async def test_echo_gating_ignores_our_own_reply_coming_back(vigil, gating: str):
+    """The client's microphone hears the reply it receives (no echo cancelling), as a camera with a speaker
+    would. With gating on, the echo never starts a turn; with it off, it does (so the test can fail)."""
+    server = await vigil(voice={**VOICE, "echo_gating": gating, "barge_in": False})
+    async with VoiceCall(server.url) as call:
+        assert call.recorder is not None
+        call.mic.say(speech(QUESTION))
+        await asyncio.wait_for(call.mic.spoken.wait(), 30)
+        recorder = call.recorder
+        recorder.on_frame = lambda samples: call.mic.say(samples[-960:])  # the loudspeaker feeds the microphone
+        await call.turn(1)
+        await asyncio.sleep(6.0)  # the echo of the whole reply has come back by now
+        second_turn = [m for m in list(call.client.messages._queue) if m.get("type") == "transcript"]
+        if gating == "on":
+            assert second_turn == [], second_turn
+        else:
+            assert any(m["turn"] >= 2 for m in second_turn), "without gating the echo should have been heard"
