@@ -2,6 +2,7 @@
 # Extra arguments: make test ARGS="-k foo"   make run ARGS="--port 9000"
 SHELL := /bin/bash
 ARGS ?=
+BENCH ?= transport
 
 .PHONY: run test setup lint bench clean
 
@@ -17,8 +18,8 @@ setup:  ## install system packages and the venv (idempotent, stamped)
 lint: setup
 	.venv/bin/ruff check .
 
-bench:  ## transport benchmark, same offline sandbox as the tests
-	bash scripts/test.sh --exec .venv/bin/python -m bench.transport $(ARGS)
+bench:  ## a benchmark (BENCH=transport|video|voice), same offline sandbox as the tests
+	bash scripts/test.sh --exec .venv/bin/python -m bench.$(BENCH) $(ARGS)
 
 clean:  ## remove the venv and the set-up stamps (next run reinstalls)
 	rm -rf .venv .cache/setup
