@@ -94,7 +94,10 @@ class VoiceSettings(Section):
     end_of_turn_silence_ms: int = Field(600, ge=64, description="Silence that ends a turn (hangover).")
     max_turn_s: float = Field(30.0, gt=0, description="A longer turn is cut and answered (error turn_too_long).")
     partial_interval_ms: int = Field(400, ge=100, description="How often the growing turn is re-decoded.")
-    prefill: bool = Field(True, description="Start the LLM on a stable partial transcript before the turn ends.")
+    prefill: bool = Field(
+        True, description="Streaming prefill: decode the turn as soon as the user goes quiet (or on a stable "
+        "partial) and start the LLM then, during the end-of-turn silence; redone if the user goes on speaking."
+    )
     prefill_stable_ms: int = Field(300, ge=0, description="How long a partial must be stable to prefill on it.")
     barge_in: bool = True
     barge_in_min_speech_ms: int = Field(200, ge=32, description="User speech that interrupts a reply.")

@@ -7,9 +7,7 @@ from pathlib import Path
 
 from pipelines.clock import VirtualClock
 from pipelines.protocol import Event, ServerMessage
-from pipelines.session import SessionPipeline
 from pipelines.sources.container import ContainerSource, SourceState
-from server import __version__
 from server.config import Settings
 from server.sessions import Analyzers
 
@@ -23,17 +21,8 @@ async def analyze_file(
 ) -> SourceState:
     """Run the session pipeline over ``path``; every message goes to ``write``. Deterministic."""
     analyzers = analyzers or Analyzers()
-    pipeline = SessionPipeline(
-        path.stem,
-        origin="file",
-        clock=VirtualClock(),
-        emit=write,
-        config=settings.session_defaults(),
-        server_version=__version__,
-        video_analyzer=analyzers.video() if analyzers.video else None,
-        audio_analyzer=analyzers.audio("file") if analyzers.audio else None,
-        metrics_interval_s=settings.sessions.metrics_interval_s,
-    )
+    pipeline = analyzers.pipeline(settings, path.stem, origin="file", clock=VirtualClock(), emit=write,
+                                  config=settings.session_defaults())
 
     def on_state(state: SourceState, detail: dict) -> None:
         if state == SourceState.LIVE:

@@ -16,7 +16,7 @@ from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSession
 from aiortc.rtcdatachannel import RTCDataChannel
 from aiortc.sdp import SessionDescription
 
-from pipelines.clock import WallClock
+from pipelines.clock import Clock, WallClock
 from pipelines.protocol import ServerMessage, SessionConfig
 from pipelines.session import AudioAnalyzer, SessionPipeline, VideoAnalyzer, handle_client_message, pump_track
 from server import __version__
@@ -39,6 +39,22 @@ class Analyzers:
     async def close(self) -> None:
         for close in self.closers:
             await close()
+
+    def pipeline(self, settings: Settings, session_id: str, *, origin: str, clock: Clock, emit: Callable[..., None],
+                 config: SessionConfig) -> SessionPipeline:
+        """A session pipeline with this process's analysers and the configured limits."""
+        return SessionPipeline(
+            session_id,
+            origin=origin,
+            clock=clock,
+            emit=emit,
+            config=config,
+            server_version=__version__,
+            video_analyzer=self.video() if self.video else None,
+            audio_analyzer=self.audio(origin) if self.audio else None,
+            metrics_interval_s=settings.sessions.metrics_interval_s,
+            audio_queue_frames=settings.sessions.audio_queue_frames,
+        )
 
 
 class OfferRejected(Exception):
@@ -132,18 +148,8 @@ class SessionRegistry:
         session_id = uuid.uuid4().hex[:12]
         pc = RTCPeerConnection(self._rtc_configuration())
         holder: dict[str, WebRTCSession] = {}
-        pipeline = SessionPipeline(
-            session_id,
-            origin="webrtc",
-            clock=WallClock(),
-            emit=lambda message: holder["session"].emit(message),
-            config=config,
-            server_version=__version__,
-            video_analyzer=self.analyzers.video() if self.analyzers.video else None,
-            audio_analyzer=self.analyzers.audio("webrtc") if self.analyzers.audio else None,
-            metrics_interval_s=self.settings.sessions.metrics_interval_s,
-            audio_queue_frames=self.settings.sessions.audio_queue_frames,
-        )
+        pipeline = self.analyzers.pipeline(self.settings, session_id, origin="webrtc", clock=WallClock(),
+                                           emit=lambda message: holder["session"].emit(message), config=config)
         session = WebRTCSession(session_id, pc, pipeline, self.settings.webrtc.max_message_bytes)
         holder["session"] = session
 

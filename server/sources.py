@@ -18,7 +18,6 @@ from pipelines.clock import Clock, VirtualClock, WallClock
 from pipelines.protocol import Event, ServerMessage, SessionConfigPatch
 from pipelines.session import SessionPipeline
 from pipelines.sources.container import ContainerSource, ReaderSettings, SourceState
-from server import __version__
 from server.config import Settings
 from server.metrics import SOURCE_STATES, SOURCES
 from server.sessions import Analyzers, serialize
@@ -184,18 +183,8 @@ class SourceManager:
         holder: dict[str, ManagedSource] = {}
         # As-fast-as-possible replay runs on media time, so two runs over one file give identical results.
         clock: Clock = VirtualClock() if kind == "file" and not request.realtime else WallClock()
-        pipeline = SessionPipeline(
-            source_id,
-            origin=kind,
-            clock=clock,
-            emit=lambda message: holder["source"].publish(message),
-            config=config,
-            server_version=__version__,
-            video_analyzer=self.analyzers.video() if self.analyzers.video else None,
-            audio_analyzer=self.analyzers.audio(kind) if self.analyzers.audio else None,
-            metrics_interval_s=self.settings.sessions.metrics_interval_s,
-            audio_queue_frames=self.settings.sessions.audio_queue_frames,
-        )
+        pipeline = self.analyzers.pipeline(self.settings, source_id, origin=kind, clock=clock,
+                                           emit=lambda message: holder["source"].publish(message), config=config)
         source = ManagedSource(source_id, kind, shown, request.name, pipeline)
         holder["source"] = source
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +180,20 @@ async def test_webrtc_client_receives_people_detections(vigil, media: Path):
     assert scene["counts"].get("person", 0) >= 1 and "person" in scene["summary"]
     await client.close()
     player.video.stop()
+
+
+def test_weights_that_are_not_on_disk_fail_at_start_up_with_how_to_supply_them(tmp_path: Path):
+    from models.packaged import ModelNotAvailable
+
+    with pytest.raises(ModelNotAvailable, match="never downloads"):
+        build_analyzers(load_settings(None, {"voice": {"enabled": False},
+                                             "models": {"detector": {"weights": "yolo11x.pt"}}}))
+    with pytest.raises(ModelNotAvailable, match="CUDA is not available"):
+        build_analyzers(load_settings(None, {"voice": {"enabled": False},
+                                             "models": {"detector": {"device": "cuda:0"}}}))
+    result = subprocess.run(
+        [sys.executable, "-m", "server.cli", "serve", "--port", "0"],
+        env={**os.environ, "VIGIL_MODELS__DETECTOR__WEIGHTS": str(tmp_path / "missing.pt")},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2 and "models.detector.weights" in result.stderr

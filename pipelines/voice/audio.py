@@ -40,24 +40,53 @@ def resample_pcm(pcm: np.ndarray, rate: int, target: int = OUT_RATE) -> np.ndarr
     return np.concatenate(out) if out else np.zeros(0, np.int16)
 
 
-class ReplyAudioTrack(MediaStreamTrack):
-    """The session's outbound audio: reply speech when there is some, silence otherwise, paced in real time.
-
-    ``flush()`` (barge-in) drops everything not yet sent; the next 20 ms frame is silence.
-    """
+class PacedAudioTrack(MediaStreamTrack):
+    """20 ms frames of 48 kHz mono, released in real time (as a sound card would)."""
 
     kind = "audio"
 
     def __init__(self) -> None:
         super().__init__()
-        self._pending = np.zeros(0, np.int16)
         self._start: float | None = None
         self._timestamp = 0
+
+    async def _next_frame_time(self) -> int:
+        """Wait until the next frame is due; returns its timestamp (in samples)."""
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self._start is None:
+            self._start = time.time()
+        else:
+            self._timestamp += OUT_FRAME
+            wait = self._start + self._timestamp / OUT_RATE - time.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        return self._timestamp
+
+    @staticmethod
+    def _frame(samples: np.ndarray, timestamp: int) -> av.AudioFrame:
+        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = OUT_RATE
+        frame.pts = timestamp
+        frame.time_base = fractions.Fraction(1, OUT_RATE)
+        return frame
+
+
+class ReplyAudioTrack(PacedAudioTrack):
+    """The session's outbound audio: reply speech when there is some, silence otherwise, paced in real time.
+
+    ``flush()`` (barge-in) drops everything not yet sent; the next 20 ms frame is silence.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending = np.zeros(0, np.int16)
         self._turn_of_audio: list[tuple[int, int]] = []  # (sample index where a turn's audio starts, turn)
         self._queued_total = 0
         self._sent_total = 0
         self.on_first_audio: Callable[[int, float], None] | None = None  # (turn, perf_counter) when sent
         self.on_silence_after_flush: Callable[[float], None] | None = None
+        self.on_drained: Callable[[], None] | None = None  # the last queued reply sample went out
         self._flushed_at: float | None = None
         self._announced: set[int] = set()
 
@@ -81,29 +110,19 @@ class ReplyAudioTrack(MediaStreamTrack):
         return dropped
 
     async def recv(self) -> av.AudioFrame:
-        if self.readyState != "live":
-            raise MediaStreamError
-        if self._start is None:
-            self._start = time.time()
-        else:
-            self._timestamp += OUT_FRAME
-            wait = self._start + self._timestamp / OUT_RATE - time.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
+        timestamp = await self._next_frame_time()
         chunk = self._pending[:OUT_FRAME]
         self._pending = self._pending[OUT_FRAME:]
         samples = np.zeros(OUT_FRAME, np.int16)
         samples[: chunk.size] = chunk
         if chunk.size:
             self._announce(chunk.size)
+            if not self._pending.size and self.on_drained is not None:
+                self.on_drained()
         elif self._flushed_at is not None and self.on_silence_after_flush is not None:
             self.on_silence_after_flush((time.perf_counter() - self._flushed_at) * 1000.0)
             self._flushed_at = None
-        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = OUT_RATE
-        frame.pts = self._timestamp
-        frame.time_base = fractions.Fraction(1, OUT_RATE)
-        return frame
+        return self._frame(samples, timestamp)
 
     def _announce(self, sent: int) -> None:
         """Report the first frame of each turn's audio leaving us (the end of voice-to-voice)."""

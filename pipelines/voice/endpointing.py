@@ -19,6 +19,7 @@ class TurnStarted:
 class TurnEnded:
     audio: np.ndarray  # float32 16 kHz, pre-roll included
     truncated: bool  # cut at the maximum turn length
+    speech_frames: int  # speech frames the turn held
 
 
 class Endpointer:
@@ -34,6 +35,8 @@ class Endpointer:
         self._gap = 0
         self._silence = 0
         self._frames: list[np.ndarray] = []  # the turn so far (or the pre-roll while idle)
+        self.last_frame_speech = False
+        self.speech_frames = 0  # speech frames in the current turn: tells whether speech followed a decode
 
     @property
     def speech_run_ms(self) -> float:
@@ -45,6 +48,7 @@ class Endpointer:
     def push(self, frame: np.ndarray, probability: float, *, gated: bool = False) -> TurnStarted | TurnEnded | None:
         """One 512-sample frame. ``gated``: our own reply is playing, so this cannot be the user."""
         speech = probability >= self.threshold and not gated
+        self.last_frame_speech = speech
         if speech:
             self.speech_run += 1
             self._gap = 0
@@ -56,10 +60,11 @@ class Endpointer:
         if not self.in_turn:
             self._frames = self._frames[-(self.preroll_frames + self.min_speech_frames):]
             if self.speech_run >= self.min_speech_frames:
-                self.in_turn, self._silence = True, 0
+                self.in_turn, self._silence, self.speech_frames = True, 0, self.speech_run
                 return TurnStarted()
             return None
         self._silence = 0 if speech else self._silence + 1
+        self.speech_frames += speech
         if self._silence >= self.end_silence_frames:
             return self._end(truncated=False)
         if len(self._frames) >= self.max_turn_frames:
@@ -70,5 +75,6 @@ class Endpointer:
         audio = self.turn_audio()
         if not truncated:  # drop the trailing silence that ended the turn
             audio = audio[: max(0, audio.size - (self._silence - 3) * FRAME_SAMPLES)]
+        speech_frames = self.speech_frames
         self.in_turn, self._frames, self._silence, self.speech_run = False, [], 0, 0
-        return TurnEnded(audio, truncated)
+        return TurnEnded(audio, truncated, speech_frames)

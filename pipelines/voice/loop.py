@@ -128,6 +128,7 @@ class VoiceLoop:
         self.output_track = ReplyAudioTrack()
         self.output_track.on_first_audio = self._first_audio_sent
         self.output_track.on_silence_after_flush = self._reply_audio_stopped
+        self.output_track.on_drained = self._reply_audio_drained
         self.last_request: LlmRequest | None = None  # what the LLM was last asked (tests and debugging)
         self._pipeline: SessionPipeline | None = None
         self._resample = InputResampler()
@@ -142,6 +143,9 @@ class VoiceLoop:
         self._reply_task: asyncio.Task[None] | None = None
         self._speculation: _Speculation | None = None
         self._partial_task: asyncio.Task[None] | None = None
+        # Streaming prefill: the turn decoded as soon as the user goes quiet, with the speech frame count it saw.
+        self._early: tuple[int, asyncio.Task[str]] | None = None
+        self._was_speech = False
         self._last_partial_at = 0.0
         self._decodes: list[str] = []
         self._shown_partial = ""
@@ -201,7 +205,11 @@ class VoiceLoop:
         elif isinstance(event, TurnEnded):
             await self._end_turn(event)
         elif self._turn is not None:
-            self._maybe_partial()
+            if self.config.prefill and self._was_speech and not self._endpointer.last_frame_speech:
+                self._decode_early(self._turn)
+            else:
+                self._maybe_partial()
+        self._was_speech = self._endpointer.last_frame_speech
 
     def _watch_for_silence(self, samples: np.ndarray) -> None:
         if samples.size and np.abs(samples).max() > 1e-4:
@@ -218,7 +226,7 @@ class VoiceLoop:
     def _start_turn(self) -> None:
         self._turn_count += 1
         self._turn = _Turn(self._turn_count)
-        self._decodes, self._shown_partial, self._stable_since = [], "", None
+        self._decodes, self._shown_partial, self._stable_since, self._early = [], "", None, None
         self._last_partial_at = time.perf_counter()
 
     async def _end_turn(self, ended: TurnEnded) -> None:
@@ -233,8 +241,14 @@ class VoiceLoop:
                                          " answering what was said so far")
         if self._partial_task is not None:
             self._partial_task.cancel()
+        early, self._early = self._early, None
         try:
-            text = (await self._transcribe(ended.audio)).strip()
+            if early is not None and early[0] == ended.speech_frames and not ended.truncated:
+                text = (await early[1]).strip()  # nothing but silence came after it: it is the final text
+            else:
+                if early is not None:
+                    early[1].cancel()
+                text = (await self._transcribe(ended.audio)).strip()
         except Exception as error:
             log.exception("final transcription failed")
             self._error("stt_failed", f"speech recognition failed: {error}")
@@ -263,6 +277,31 @@ class VoiceLoop:
         if self._pipeline is not None and self._pipeline.clock.virtual:
             await asyncio.gather(self._reply_task, return_exceptions=True)  # replay stays deterministic
 
+    def _decode_early(self, turn: _Turn) -> None:
+        """The user just went quiet: decode the turn now, during the end-of-turn silence. If no speech follows,
+        this is the final transcript (the rest is silence) and its LLM request is already running."""
+        if self._early is not None:
+            self._early[1].cancel()
+        speech_frames = self._endpointer.speech_frames
+        task = asyncio.create_task(self._transcribe(self._endpointer.turn_audio()), name="voice:early-decode")
+        self._early = (speech_frames, task)
+
+        def speculate(done: asyncio.Task[str]) -> None:
+            if done.cancelled() or done.exception() is not None or self._turn is not turn:
+                return
+            if self._early is not None and self._early[1] is done and self._endpointer.speech_frames == speech_frames:
+                text = done.result().strip()
+                if text:
+                    self._show_partial(turn, text)
+                    self._speculate(turn, text)
+
+        task.add_done_callback(speculate)
+
+    def _show_partial(self, turn: _Turn, text: str) -> None:
+        if text != self._shown_partial:
+            self._shown_partial, self._stable_since = text, time.perf_counter()
+            self._send(Transcript, turn=turn.number, text=text, final=False)
+
     def _maybe_partial(self) -> None:
         now = time.perf_counter()
         busy = self._partial_task is not None and not self._partial_task.done()
@@ -284,8 +323,7 @@ class VoiceLoop:
         self._decodes.append(text)
         agreed = _agreed_prefix(previous, text)
         if agreed and agreed != self._shown_partial:
-            self._shown_partial, self._stable_since = agreed, time.perf_counter()
-            self._send(Transcript, turn=turn.number, text=agreed, final=False)
+            self._show_partial(turn, agreed)
         elif agreed and self._stable_since is not None and self.config.prefill and self._speculation is None:
             if (time.perf_counter() - self._stable_since) * 1000.0 >= self.config.prefill_stable_ms:
                 self._speculate(turn, agreed)
@@ -370,10 +408,14 @@ class VoiceLoop:
         self.output_track.enqueue(pcm48, turn.number)
 
     def _reply_finished(self, turn: _Turn) -> None:
-        # Report now unless queued reply audio has yet to start playing (then _first_audio_sent reports) or a
-        # barge-in is stopping it (then _reply_audio_stopped reports, with the stop time).
-        audio_started = "voice_to_voice_ms" in turn.metrics or not self.output_track.playing
-        if self._replying is turn and self._barge_in_at is None and audio_started:
+        # A turn is reported once its reply has been heard in full: now if no audio is left to play, else when
+        # the track drains (_reply_audio_drained), or when a barge-in cut it (_reply_audio_stopped).
+        if self._replying is turn and self._barge_in_at is None and not self.output_track.playing:
+            self._report(turn)
+
+    def _reply_audio_drained(self) -> None:
+        turn = self._replying
+        if turn is not None and self._reply_task is not None and self._reply_task.done():
             self._report(turn)
 
     def _reply_active(self) -> bool:
@@ -385,8 +427,6 @@ class VoiceLoop:
             return
         turn.metrics["voice_to_voice_ms"] = round((when - turn.end_of_speech) * 1000.0, 1)
         telemetry.VOICE_STAGE_MS.labels(stage="voice_to_voice").observe(turn.metrics["voice_to_voice_ms"])
-        if self._reply_task is not None and self._reply_task.done():
-            self._report(turn)
 
     async def _barge_in(self) -> None:
         turn = self._replying

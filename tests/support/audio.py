@@ -4,7 +4,6 @@ recorder for the reply audio a client receives."""
 from __future__ import annotations
 
 import asyncio
-import fractions
 import time
 from functools import cache
 
@@ -12,7 +11,7 @@ import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from pipelines.voice.audio import OUT_FRAME, OUT_RATE, resample_pcm
+from pipelines.voice.audio import OUT_FRAME, OUT_RATE, PacedAudioTrack, resample_pcm
 
 
 @cache
@@ -37,16 +36,12 @@ def rms(samples: np.ndarray) -> float:
     return float(np.sqrt(np.mean(samples.astype(np.float64) ** 2))) if samples.size else 0.0
 
 
-class ScriptedMicrophone(MediaStreamTrack):
+class ScriptedMicrophone(PacedAudioTrack):
     """A live microphone: silence (or low noise) in real time, and whatever the test says when it says it."""
-
-    kind = "audio"
 
     def __init__(self, noise: float = 0.0) -> None:
         super().__init__()
         self._queue = np.zeros(0, np.int16)
-        self._start: float | None = None
-        self._timestamp = 0
         self._noise = noise
         self._rng = np.random.default_rng(0)
         self.spoken = asyncio.Event()
@@ -60,23 +55,13 @@ class ScriptedMicrophone(MediaStreamTrack):
         return self._queue.size > 0
 
     async def recv(self) -> av.AudioFrame:
-        if self.readyState != "live":
-            raise MediaStreamError
-        if self._start is None:
-            self._start = time.time()
-        else:
-            self._timestamp += OUT_FRAME
-            wait = self._start + self._timestamp / OUT_RATE - time.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
+        timestamp = await self._next_frame_time()
         samples = (self._rng.normal(0, self._noise, OUT_FRAME) if self._noise else np.zeros(OUT_FRAME)).astype(np.int16)
         chunk, self._queue = self._queue[:OUT_FRAME], self._queue[OUT_FRAME:]
         samples[: chunk.size] += chunk
         if chunk.size and not self._queue.size:
             self.spoken.set()
-        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate, frame.pts, frame.time_base = OUT_RATE, self._timestamp, fractions.Fraction(1, OUT_RATE)
-        return frame
+        return self._frame(samples, timestamp)
 
 
 class Recorder:
