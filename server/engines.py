@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -96,20 +97,5 @@ def build_voice_engine(settings: Settings) -> VoiceEngine:
 def voice_loop_config(settings: Settings, origin: str) -> VoiceLoopConfig:
     voice = settings.voice
     echo_gating = voice.echo_gating == "on" or (voice.echo_gating == "auto" and origin in ("rtsp", "file"))
-    return VoiceLoopConfig(
-        vad_threshold=voice.vad_threshold,
-        min_speech_ms=voice.min_speech_ms,
-        end_of_turn_silence_ms=voice.end_of_turn_silence_ms,
-        max_turn_s=voice.max_turn_s,
-        partial_interval_ms=voice.partial_interval_ms,
-        prefill=voice.prefill,
-        prefill_stable_ms=voice.prefill_stable_ms,
-        barge_in=voice.barge_in,
-        barge_in_min_speech_ms=voice.barge_in_min_speech_ms,
-        echo_gating=echo_gating,
-        system_prompt=voice.system_prompt,
-        max_reply_tokens=voice.max_reply_tokens,
-        memory_tokens=voice.memory_tokens,
-        temperature=voice.temperature,
-        silent_track_s=voice.silent_track_s,
-    )
+    shared = {f.name for f in dataclasses.fields(VoiceLoopConfig)} - {"echo_gating"}
+    return VoiceLoopConfig(echo_gating=echo_gating, **voice.model_dump(include=shared))

@@ -4,6 +4,7 @@ with results fanned out to WebSocket subscribers."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -155,14 +156,8 @@ class SourceManager:
         return self.sources.get(source_id)
 
     def reader_settings(self) -> ReaderSettings:
-        s = self.settings.sources
-        return ReaderSettings(
-            rtsp_transport=s.rtsp_transport,
-            open_timeout_s=s.open_timeout_s,
-            read_timeout_s=s.read_timeout_s,
-            reconnect_initial_s=s.reconnect_initial_s,
-            reconnect_max_s=s.reconnect_max_s,
-        )
+        fields = {f.name for f in dataclasses.fields(ReaderSettings)}
+        return ReaderSettings(**self.settings.sources.model_dump(include=fields))
 
     def start(self, request: SourceRequest) -> ManagedSource:
         """Validate and start a source; raises MediaPathError or SourceLimitReached."""
