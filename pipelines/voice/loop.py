@@ -147,14 +147,13 @@ class VoiceLoop:
         self._early: tuple[int, asyncio.Task[str]] | None = None
         self._was_speech = False
         self._last_partial_at = 0.0
-        self._decodes: list[str] = []
+        self._last_decode = ""  # the previous partial decode, to agree with
         self._shown_partial = ""
         self._stable_since: float | None = None
         self._last_played = 0.0
         self._silent_s = 0.0
         self._silence_reported = False
         self._barge_in_at: float | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ AudioAnalyzer
 
@@ -168,24 +167,20 @@ class VoiceLoop:
         count = self._pending.size // FRAME_SAMPLES
         if count == 0:
             return
-        chunks = [self._pending[i * FRAME_SAMPLES: (i + 1) * FRAME_SAMPLES] for i in range(count)]
-        self._pending = self._pending[count * FRAME_SAMPLES:]
+        ready, self._pending = self._pending[: count * FRAME_SAMPLES], self._pending[count * FRAME_SAMPLES:]
         loop = asyncio.get_running_loop()
-        probabilities = await loop.run_in_executor(self.engine.vad_executor, self._vad_batch, chunks)
-        for chunk, probability in zip(chunks, probabilities, strict=True):
-            await self._on_vad_frame(chunk, probability)
+        probabilities = await loop.run_in_executor(self.engine.vad_executor, self._vad.probabilities, ready)
+        for chunk, probability in zip(ready.reshape(count, FRAME_SAMPLES), probabilities, strict=True):
+            await self._on_vad_frame(chunk, float(probability))
 
     async def close(self) -> None:
-        for task in [self._reply_task, self._partial_task, *self._tasks,
+        for task in [self._reply_task, self._partial_task, self._early[1] if self._early else None,
                      self._speculation.task if self._speculation else None]:
             if task is not None:
                 task.cancel()
         self.output_track.stop()
 
     # ------------------------------------------------------------------ per frame
-
-    def _vad_batch(self, chunks: list[np.ndarray]) -> list[float]:
-        return [self._vad.probability(chunk) for chunk in chunks]
 
     def _gated(self) -> bool:
         if not self.config.echo_gating:
@@ -226,7 +221,7 @@ class VoiceLoop:
     def _start_turn(self) -> None:
         self._turn_count += 1
         self._turn = _Turn(self._turn_count)
-        self._decodes, self._shown_partial, self._stable_since, self._early = [], "", None, None
+        self._last_decode, self._shown_partial, self._stable_since, self._early = "", "", None, None
         self._last_partial_at = time.perf_counter()
 
     async def _end_turn(self, ended: TurnEnded) -> None:
@@ -319,8 +314,7 @@ class VoiceLoop:
             return
         if self._turn is not turn:
             return  # the turn ended meanwhile; its final transcript supersedes this one
-        previous = self._decodes[-1] if self._decodes else ""
-        self._decodes.append(text)
+        previous, self._last_decode = self._last_decode, text
         agreed = _agreed_prefix(previous, text)
         if agreed and agreed != self._shown_partial:
             self._show_partial(turn, agreed)
