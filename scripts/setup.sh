@@ -13,6 +13,8 @@ APT_PACKAGES=(
   iproute2 util-linux  # ip + unshare: tests run in a private network namespace
   make
   espeak-ng  # second TTS backend
+  chromium  # dashboard tests (Playwright drives /usr/bin/chromium)
+  redis-server  # shared rate limit / cache tests
 )
 PYTHON=${PYTHON:-python3}  # the interpreter the venv is built from (pyenv 3.11 on our machines)
 VENV=.venv
