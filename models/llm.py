@@ -8,11 +8,12 @@ Two backends:
 * ``OpenAiLlm`` talks to any OpenAI-compatible ``/v1/chat/completions`` endpoint (vLLM, llama.cpp server, ...)
   with ``stream: true`` over aiohttp.
 
-Both stream text deltas. Closing the iterator early (``aclose()``, ``async with contextlib.aclosing(...)`` or
-cancelling the consuming task) stops generation upstream: the embedded callback answers "stop" on the next
-chunk (llama.cpp then cancels the slot's task), the HTTP backend drops the connection (servers abort on
-disconnect). A stream that is merely abandoned is only closed when the garbage collector finalises it, so
-prefer ``aclosing``.
+Both stream ``TokenChunk``s from ``generate`` (text delta, log-probability when asked for, finish reason, and the
+backend's token usage at the end); ``stream`` is the text-only view the voice loop uses. Closing the iterator
+early (``aclose()``, ``async with contextlib.aclosing(...)`` or cancelling the consuming task) stops generation
+upstream: the embedded callback answers "stop" on the next chunk (llama.cpp then cancels the slot's task), the
+HTTP backend drops the connection (servers abort on disconnect). A stream that is merely abandoned is only closed
+when the garbage collector finalises it, so prefer ``aclosing``.
 """
 
 from __future__ import annotations
@@ -54,6 +55,32 @@ class LlmRequest:
     max_tokens: int = 128
     temperature: float = 0.0
     model: str | None = None
+    top_p: float | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    logprobs: bool = False  # ask for each token's log-probability (TokenChunk.logprob)
+    # Not sent upstream: lets a router keep one conversation on the upstream that holds its KV cache.
+    conversation_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    """One step of a generation: usually one token's text; the last chunks carry finish_reason and usage."""
+
+    text: str = ""
+    logprob: float | None = None  # summed over the tokens in ``text`` when the backend reports them
+    finish_reason: str | None = None  # "stop" | "length" | ...
+    usage: Usage | None = None
 
 
 class LlmUnavailable(Exception):
@@ -68,6 +95,8 @@ class LlmRequestError(ValueError):
 class LanguageModel(Protocol):
     name: str
     context_window: int
+
+    def generate(self, request: LlmRequest) -> AsyncIterator[TokenChunk]: ...
 
     def stream(self, request: LlmRequest) -> AsyncIterator[str]: ...
 
@@ -114,21 +143,43 @@ def _request_body(request: LlmRequest, model: str | None) -> dict[str, Any]:
         "max_tokens": request.max_tokens,
         "temperature": request.temperature,
         "stream": True,
+        "stream_options": {"include_usage": True},
     }
-    if model:
-        body["model"] = model
+    optional = {"model": model, "top_p": request.top_p, "stop": request.stop, "seed": request.seed}
+    body.update({key: value for key, value in optional.items() if value is not None})
+    if request.logprobs:
+        body["logprobs"] = True
     return body
 
 
-def _chunk_text(chunk: dict[str, Any], where: str) -> tuple[str, bool]:
-    """(text delta, finished) of one OpenAI chat-completion chunk; raises on an error chunk."""
+def _parse_chunk(chunk: dict[str, Any], where: str) -> TokenChunk:
+    """One OpenAI chat-completion chunk as a TokenChunk; raises on an error chunk."""
     if "error" in chunk:
         raise _backend_error(where, chunk["error"])
-    text, finished = "", False
+    text, finish_reason, logprob = "", None, None
     for choice in chunk.get("choices") or ():
         text += (choice.get("delta") or {}).get("content") or ""
-        finished = finished or choice.get("finish_reason") is not None
-    return text, finished
+        finish_reason = finish_reason or choice.get("finish_reason")
+        token_logprobs = [t.get("logprob") for t in ((choice.get("logprobs") or {}).get("content") or ())]
+        if token_logprobs and None not in token_logprobs:
+            logprob = (logprob or 0.0) + sum(token_logprobs)
+    usage = None
+    if isinstance(chunk.get("usage"), dict):
+        usage = Usage(int(chunk["usage"].get("prompt_tokens", 0)), int(chunk["usage"].get("completion_tokens", 0)))
+    return TokenChunk(text, logprob, finish_reason, usage)
+
+
+class _TextStream:
+    """``stream`` as the text-only view of ``generate`` (closing it closes the generation)."""
+
+    def generate(self, request: LlmRequest) -> AsyncIterator[TokenChunk]:
+        raise NotImplementedError
+
+    async def stream(self, request: LlmRequest) -> AsyncIterator[str]:
+        async with contextlib.aclosing(self.generate(request)) as chunks:
+            async for chunk in chunks:
+                if chunk.text:
+                    yield chunk.text
 
 
 def _backend_error(where: str, error: Any) -> Exception:
@@ -149,7 +200,7 @@ class _UnixHttpConnection(http.client.HTTPConnection):
         self.sock.connect(self._path)
 
 
-class EmbeddedLlm:
+class EmbeddedLlm(_TextStream):
     """A GGUF chat model running in this process on xllamacpp (llama.cpp's server code, no HTTP hop).
 
     Concurrency: requests go to llama.cpp's slot scheduler (``n_parallel`` slots, default 1). Extra
@@ -191,7 +242,7 @@ class EmbeddedLlm:
             raise LlmUnavailable(f"embedded LLM {self.name} is closed")
         return self._server
 
-    async def stream(self, request: LlmRequest) -> AsyncIterator[str]:
+    async def generate(self, request: LlmRequest) -> AsyncIterator[TokenChunk]:
         server = self._live_server()
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -231,9 +282,9 @@ class EmbeddedLlm:
                     return
                 if kind == "error":
                     raise LlmUnavailable(f"embedded LLM {self.name} failed: {payload}") from payload
-                text, _ = _chunk_text(payload, f"embedded {self.name}")
-                if text:
-                    yield text
+                chunk = _parse_chunk(payload, f"embedded {self.name}")
+                if chunk.text or chunk.finish_reason or chunk.usage:
+                    yield chunk
         finally:
             stop.set()
 
@@ -276,7 +327,7 @@ class EmbeddedLlm:
         await asyncio.to_thread(shut_down)
 
 
-class OpenAiLlm:
+class OpenAiLlm(_TextStream):
     """An OpenAI-compatible chat endpoint, streamed with SSE.
 
     ``base_url`` may end in ``/v1`` or not. ``timeout`` bounds connecting and each wait for the next chunk
@@ -314,7 +365,7 @@ class OpenAiLlm:
         reason = str(exc) or type(exc).__name__
         return LlmUnavailable(f"LLM backend {self.url} is unavailable: {reason}")
 
-    async def stream(self, request: LlmRequest) -> AsyncIterator[str]:
+    async def generate(self, request: LlmRequest) -> AsyncIterator[TokenChunk]:
         body = _request_body(request, request.model or self.model)
         try:
             response = await self._client().post(self.url, json=body)
@@ -351,10 +402,10 @@ class OpenAiLlm:
                     raise LlmUnavailable(f"LLM backend {self.url} sent a malformed chunk: {data[:200]}") from exc
                 if field == "error" and "error" not in chunk:  # llama.cpp's "error: {...}" event
                     chunk = {"error": chunk}
-                text, done = _chunk_text(chunk, self.url)
-                finished = finished or done
-                if text:
-                    yield text
+                parsed = _parse_chunk(chunk, self.url)
+                finished = finished or parsed.finish_reason is not None
+                if parsed.text or parsed.finish_reason or parsed.usage:
+                    yield parsed
         finally:
             response.close()  # drops the connection: this is how vLLM / llama.cpp learn to abort generation
 

@@ -122,6 +122,29 @@ async def test_count_tokens(embedded: EmbeddedLlm, http_server: LlmServer) -> No
     assert embedded.count_tokens(prose) / 2 <= approx <= embedded.count_tokens(prose) * 2
 
 
+async def test_generate_reports_logprobs_finish_reason_and_usage(
+    embedded: EmbeddedLlm, http_server: LlmServer
+) -> None:
+    request = LlmRequest(FRANCE, max_tokens=6, logprobs=True)
+    llm = OpenAiLlm(http_server.url, http_server.model, timeout=60)
+    try:
+        for backend in (embedded, llm):
+            async with contextlib.aclosing(backend.generate(request)) as generation:
+                chunks = [chunk async for chunk in generation]
+            tokens = [c for c in chunks if c.text]
+            assert len(tokens) == 6  # max_tokens = 6 and the answer is longer
+            assert all(c.logprob is not None and c.logprob <= 0 for c in tokens)
+            assert [c.finish_reason for c in chunks if c.finish_reason] == ["length"]
+            usage = next(c.usage for c in chunks if c.usage)
+            assert usage.completion_tokens == 6
+            assert usage.prompt_tokens == embedded.count_tokens(FRANCE)
+            # without logprobs asked for, none are reported
+            async with contextlib.aclosing(backend.generate(LlmRequest(FRANCE, max_tokens=2))) as generation:
+                assert all(c.logprob is None for c in [c async for c in generation])
+    finally:
+        await llm.close()
+
+
 async def test_http_stream_matches_embedded(embedded: EmbeddedLlm, http_server: LlmServer) -> None:
     request = LlmRequest(FRANCE, max_tokens=32)
     llm = OpenAiLlm(http_server.url, http_server.model, timeout=60)
