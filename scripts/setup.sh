@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   gir1.2-gst-rtsp-server-1.0 python3-gst-1.0 python3-gi  # RTSP test camera (runs under /usr/bin/python3)
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly
-  gstreamer1.0-libav gstreamer1.0-tools
+  gstreamer1.0-libav gstreamer1.0-tools gstreamer1.0-x  # -x: timeoverlay (pango) for the test camera
   iproute2 util-linux  # ip + unshare: tests run in a private network namespace
   make
   espeak-ng  # second TTS backend

@@ -64,8 +64,17 @@ def main(argv: list[str] | None = None) -> int:
     server.set_address("127.0.0.1")  # loopback only
     server.set_service(str(args.port))
 
+    launch = build_launch(args.width, args.height, args.fps, args.audio)
+    # The server builds the pipeline only when a client connects, and then answers a bare 5XX if an element's
+    # plugin is missing; check the elements now so a missing apt package fails with its name.
+    try:
+        Gst.parse_launch(launch.strip("( )"))
+    except GLib.Error as exc:
+        print(f"rtsp_camera: cannot build the pipeline (missing GStreamer plugin?): {exc.message}",
+              file=sys.stderr, flush=True)
+        return 1
     factory = GstRtspServer.RTSPMediaFactory()
-    factory.set_launch(build_launch(args.width, args.height, args.fps, args.audio))
+    factory.set_launch(launch)
     factory.set_shared(True)  # one pipeline, many clients
     server.get_mount_points().add_factory(path, factory)
 
