@@ -51,8 +51,9 @@ def fake_camera(workdir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def fake_microphone(workdir: Path) -> Path:
-    """The question after 4 s of silence: the WebRTC session is up by then (Chromium starts the file at once)."""
-    pcm = np.concatenate([silence(4.0), speech(QUESTION), silence(2.0)])
+    """The question after 4 s of silence (the session is up by then), then 10 s of quiet for the reply. Chromium
+    loops the file, so a slow start that cuts the first question still gets a whole one later."""
+    pcm = np.concatenate([silence(4.0), speech(QUESTION), silence(10.0)])
     return write_wav(workdir / "question.wav", pcm, OUT_RATE)
 
 
@@ -87,7 +88,8 @@ def playwright() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def browser(playwright: Any, workdir: Path, fake_camera: Path, fake_microphone: Path) -> Iterator[Any]:
-    with chromium(playwright, workdir / "profile", video_file=fake_camera, audio_file=fake_microphone) as context:
+    with chromium(playwright, workdir / "profile", video_file=fake_camera, audio_file=fake_microphone,
+                  loop_audio=True) as context:
         yield context
 
 

@@ -51,16 +51,16 @@ const turnChart = new BarChart($("turn-chart"), $("turn-legend"), [
   { name: "LLM first token", colour: "#c084fc" },
   { name: "first reply audio", colour: "#fbbf24" },
   { name: "voice-to-voice", colour: "#4ade80" },
-], { groups: 8 });
+], { groups: 8, unit: " ms" });
 const latencyChart = new LineChart($("latency-chart"), $("latency-legend"), [
   { name: "inference", colour: "#60a5fa" },
   { name: "end-to-end (queue + inference + delivery)", colour: "#4ade80" },
-]);
+], { unit: " ms" });
 const framesChart = new LineChart($("frames-chart"), $("frames-legend"), [
   { name: "received", colour: "#94a3b8" },
   { name: "analysed", colour: "#4ade80" },
   { name: "dropped", colour: "#f87171" },
-]);
+], { unit: "/s" });
 
 let link = null; // the WebRtcLink or SourceLink in use
 let localStream = null;
@@ -77,6 +77,7 @@ function setConnection(next, reason = "") {
   $("status").dataset.state = next;
   $("status-text").textContent = STATE_LABELS[next] || next;
   $("status-reason").textContent = reason;
+  $("status-reason").title = reason;
   const busy = next === "connecting" || next === "live" || next === "reconnecting";
   $("connect").hidden = busy && state.connection.mode === "browser";
   $("disconnect").hidden = !(busy && state.connection.mode === "browser");
@@ -113,7 +114,9 @@ async function checkServer() {
     const health = await api.request("/healthz");
     state.server = { reachable: true, version: health.version };
     state.auth.status = "ok";
-    $("server-info").textContent = `server ${health.version} · ${health.sessions} sessions · ${health.sources} sources`;
+    const plural = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
+    $("server-info").textContent =
+      `server ${health.version} · ${plural(health.sessions, "session")} · ${plural(health.sources, "source")}`;
     if (state.banner && (state.banner.code === "unreachable" || state.banner.code === "unauthorized")) showBanner(null);
     return true;
   } catch (error) {
@@ -255,6 +258,7 @@ async function openBrowserLink(attempt) {
       replyAudio.play().catch(() => {});
     },
     onDrop: (reason, fatal) => dropped(next, reason, fatal),
+    onRecovered: () => { if (link === next) setConnection("live", `session ${next.sessionId}`); },
   });
   link = next;
   try {
@@ -284,7 +288,8 @@ async function openBrowserLink(attempt) {
 
 function scheduleReconnect(attempt, reason) {
   const delay = RECONNECT_DELAYS_S[attempt - 1];
-  setConnection("reconnecting", `${reason}; retrying in ${delay} s (attempt ${attempt} of ${RECONNECT_DELAYS_S.length})`);
+  const of = RECONNECT_DELAYS_S.length;
+  setConnection("reconnecting", `${reason}; retrying in ${delay} s (attempt ${attempt} of ${of})`);
   clearTimeout(reconnectTimer);
   reconnectTimer = setTimeout(() => {
     if (state.connection.mode === "browser") openBrowserLink(attempt);
@@ -362,8 +367,8 @@ async function watchSource(sourceId, title) {
   state.connection.mode = "source";
   state.connection.sourceId = sourceId;
   $("stage-empty").hidden = false;
-  $("stage-empty").textContent = "Server-side source: its video stays on the server; detections are drawn here.";
-  $("video-caption").textContent = title;
+  $("stage-empty").textContent = "Waiting for the source's first analysed frame…";
+  $("video-caption").textContent = `${title} (server-side: only the detections come to this page)`;
   await openSourceLink(sourceId, 0);
   refreshSources();
 }
@@ -465,7 +470,11 @@ function onHello(message) {
   // Model and backend names next to what they produce; "counting-only" means that stage is switched off.
   const describe = (name, off) => (!name ? "" : name === "counting-only" ? off : name);
   $("video-model").textContent = describe(state.models.video, "no detector configured (frames are only counted)");
-  $("voice-model").textContent = describe(state.models.audio, "voice loop off");
+  $("voice-model").textContent = describe(state.models.audio, "voice loop off").replaceAll("+", " · ");
+  const placeholder = $("conversation").querySelector(".placeholder");
+  if (placeholder && state.models.audio === "counting-only") {
+    placeholder.textContent = "The voice loop is off on this server (voice.enabled), so nothing is transcribed.";
+  }
 }
 
 function applyConfig(config) {
@@ -483,6 +492,7 @@ function onDetections(message) {
   };
   overlay.setDetections(message);
   state.drawn = overlay.lastDrawn;
+  if (state.connection.mode === "source") $("stage-empty").hidden = true;
   const counts = {};
   for (const object of message.objects) counts[object.label] = (counts[object.label] || 0) + 1;
   const parts = Object.entries(counts).map(([label, n]) => `${n} ${label}${n === 1 ? "" : "s"}`);

@@ -22,7 +22,7 @@ function niceMax(value) {
 
 const PAD = { left: 44, right: 8, top: 8, bottom: 20 };
 
-function axes(g, width, height, max, unit) {
+function axes(g, width, height, max, unit, labelled = true) {
   g.font = "11px system-ui, sans-serif";
   g.strokeStyle = "#334155";
   g.fillStyle = "#94a3b8";
@@ -31,17 +31,22 @@ function axes(g, width, height, max, unit) {
     const y = PAD.top + ((height - PAD.top - PAD.bottom) * i) / 4;
     g.beginPath(); g.moveTo(PAD.left, y); g.lineTo(width - PAD.right, y); g.stroke();
     const value = max * (1 - i / 4);
-    g.fillText(`${value >= 100 ? Math.round(value) : +value.toFixed(1)}${unit}`, 2, y + 4);
+    if (labelled) g.fillText(`${value >= 100 ? Math.round(value) : +value.toFixed(1)}${unit}`, 2, y + 4);
   }
 }
 
-function legend(element, series) {
+function legend(element, series, latest = [], unit = "") {
+  // Each series' latest value next to its name: the number a person looks for first.
   if (!element) return;
-  element.replaceChildren(...series.map((s) => {
+  element.replaceChildren(...series.map((s, index) => {
     const item = document.createElement("span");
     const swatch = document.createElement("i");
     swatch.style.background = s.colour;
-    item.append(swatch, s.name);
+    const value = latest[index];
+    const shown = Number.isFinite(value) ? ` ${value >= 10 ? Math.round(value) : +value.toFixed(1)}${unit}` : "";
+    const number = document.createElement("b");
+    number.textContent = shown;
+    item.append(swatch, s.name, number);
     return item;
   }));
 }
@@ -50,6 +55,7 @@ export class LineChart {
   /** @param {{name: string, colour: string}[]} series */
   constructor(canvas, legendElement, series, { points = 60, unit = "" } = {}) {
     this.canvas = canvas;
+    this.legendElement = legendElement;
     this.series = series;
     this.points = points;
     this.unit = unit;
@@ -64,6 +70,7 @@ export class LineChart {
       list.push(value);
       if (list.length > this.points) list.shift();
     });
+    legend(this.legendElement, this.series, values, this.unit);
     this.draw();
   }
 
@@ -71,12 +78,15 @@ export class LineChart {
     const { g, width, height } = prepare(this.canvas);
     const all = this.values.flat().filter((v) => Number.isFinite(v));
     const max = niceMax(Math.max(0, ...all));
-    axes(g, width, height, max, this.unit);
+    axes(g, width, height, max, this.unit, all.length > 0);
     if (!all.length) { this.empty(g, width, height); return; }
     const plotW = width - PAD.left - PAD.right;
     const plotH = height - PAD.top - PAD.bottom;
-    this.values.forEach((list, index) => {
+    // Drawn last to first, so the first series stays visible where lines coincide.
+    [...this.values.keys()].reverse().forEach((index) => {
+      const list = this.values[index];
       g.strokeStyle = this.series[index].colour;
+      g.fillStyle = this.series[index].colour;
       g.lineWidth = 2;
       g.beginPath();
       let started = false;
@@ -88,6 +98,12 @@ export class LineChart {
         started = true;
       });
       g.stroke();
+      const last = list[list.length - 1];
+      if (Number.isFinite(last)) { // a dot on the newest point (a lone point draws no line)
+        g.beginPath();
+        g.arc(width - PAD.right, PAD.top + plotH * (1 - last / max), 3, 0, 2 * Math.PI);
+        g.fill();
+      }
     });
   }
 
@@ -101,6 +117,7 @@ export class LineChart {
 export class BarChart {
   constructor(canvas, legendElement, series, { groups = 8, unit = "" } = {}) {
     this.canvas = canvas;
+    this.legendElement = legendElement;
     this.series = series;
     this.groups = groups;
     this.unit = unit;
@@ -112,6 +129,7 @@ export class BarChart {
   push(label, values) {
     this.rows.push({ label, values });
     if (this.rows.length > this.groups) this.rows.shift();
+    legend(this.legendElement, this.series, values, this.unit);
     this.draw();
   }
 
@@ -119,7 +137,7 @@ export class BarChart {
     const { g, width, height } = prepare(this.canvas);
     const all = this.rows.flatMap((r) => r.values).filter((v) => Number.isFinite(v));
     const max = niceMax(Math.max(0, ...all));
-    axes(g, width, height, max, this.unit);
+    axes(g, width, height, max, this.unit, all.length > 0);
     if (!this.rows.length) { LineChart.prototype.empty(g, width, height); return; }
     const plotW = width - PAD.left - PAD.right;
     const plotH = height - PAD.top - PAD.bottom;

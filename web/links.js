@@ -19,13 +19,14 @@ export class WebRtcLink {
    * @param {import("./api.js").Api} api
    * @param {{stream: MediaStream, options: object, onMessage: Function, onDrop: Function, onTrack: Function}} hooks
    */
-  constructor(api, { stream, options, onMessage, onDrop, onTrack }) {
+  constructor(api, { stream, options, onMessage, onDrop, onTrack, onRecovered }) {
     this.api = api;
     this.stream = stream;
     this.options = options;
     this.onMessage = onMessage;
     this.onDrop = onDrop;
     this.onTrack = onTrack;
+    this.onRecovered = onRecovered;
     this.pc = null;
     this.channel = null;
     this.sessionId = null;
@@ -60,6 +61,8 @@ export class WebRtcLink {
         this.onDrop(`WebRTC connection ${pc.connectionState}`, true);
       } else if (pc.connectionState === "disconnected") {
         this.onDrop("WebRTC connection interrupted", false);
+      } else if (pc.connectionState === "connected") {
+        this.onRecovered(); // ICE found its way back after an interruption
       }
     };
     channel.onclose = () => { if (!this.closed) this.onDrop("the server closed the session", true); };

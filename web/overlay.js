@@ -22,6 +22,7 @@ export class Overlay {
     this.zones = [];
     this.lines = [];
     this.flashes = new Map(); // zone or line name -> time the event arrived
+    this.labelBoxes = []; // labels placed in the current draw, to avoid stacking them
     this.lastDrawn = { boxes: 0, labels: [], keypoints: 0, zones: 0, lines: 0 };
     new ResizeObserver(() => this.draw()).observe(canvas);
   }
@@ -62,6 +63,14 @@ export class Overlay {
     g.clearRect(0, 0, width, height);
     const rect = this.pictureRect(width, height);
     const at = ([x, y]) => [rect.x + x * rect.w, rect.y + y * rect.h];
+    if (!this.video.videoWidth && this.detections) { // a server-side source: show where the frame is
+      g.fillStyle = "#0b1220";
+      g.fillRect(rect.x, rect.y, rect.w, rect.h);
+      g.strokeStyle = "#334155";
+      g.lineWidth = 1;
+      g.strokeRect(rect.x, rect.y, rect.w, rect.h);
+    }
+    this.labelBoxes = [];
     const now = performance.now();
     const flashing = (name) => now - (this.flashes.get(name) ?? -Infinity) < FLASH_MS;
 
@@ -98,7 +107,7 @@ export class Overlay {
       g.strokeStyle = colour;
       g.strokeRect(x1, y1, x2 - x1, y2 - y1);
       const track = object.track_id != null ? ` #${object.track_id}` : "";
-      this.label(g, `${object.label}${track} ${Math.round(object.conf * 100)}%`, x1, y1, colour, "#0f172a");
+      this.label(g, `${object.label}${track} ${Math.round(object.conf * 100)}%`, x1, y1, colour, "#0f172a", y2);
       if (object.keypoints) {
         const points = object.keypoints.map(([x, y, conf]) => [...at([x, y]), conf]);
         g.lineWidth = 2;
@@ -129,10 +138,15 @@ export class Overlay {
     canvas.dataset.labels = this.lastDrawn.labels.join(",");
   }
 
-  label(g, text, x, y, background, foreground) {
+  label(g, text, x, y, background, foreground, bottom = null) {
     g.font = "600 13px system-ui, sans-serif";
     const width = g.measureText(text).width + 8;
-    const top = Math.max(y - 18, 0);
+    let top = Math.max(y - 18, 0);
+    // Neighbours' labels would cover each other above the boxes: put this one under its box instead.
+    const overlaps = (t) => this.labelBoxes.some(
+      (b) => x < b.x + b.w && b.x < x + width && t < b.y + 18 && b.y < t + 18);
+    if (bottom !== null && overlaps(top)) top = bottom;
+    this.labelBoxes.push({ x, y: top, w: width });
     g.fillStyle = background;
     g.fillRect(x, top, width, 18);
     g.fillStyle = foreground;

@@ -166,15 +166,18 @@ def playwright_driver() -> Iterator[Any]:
 
 @contextlib.contextmanager
 def chromium(playwright: Any, user_data_dir: Path, *, grant_media: bool = True, video_file: Path | None = None,
-             audio_file: Path | None = None, noloop_audio: bool = True) -> Iterator[Any]:
+             audio_file: Path | None = None, loop_audio: bool = False) -> Iterator[Any]:
     """A persistent context of Debian's Chromium with a fresh profile and fake media devices."""
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError(f"{CHROMIUM} is missing: apt-get install chromium (scripts/setup.sh does); "
+                           "Playwright's own browser downloads are never used")
     flags = list(CHROMIUM_FLAGS)
     if grant_media:
         flags.append(GRANT_MEDIA)
     if video_file is not None:
         flags.append(f"--use-file-for-fake-video-capture={video_file}")
     if audio_file is not None:
-        flags.append(f"--use-file-for-fake-audio-capture={audio_file}{'%noloop' if noloop_audio else ''}")
+        flags.append(f"--use-file-for-fake-audio-capture={audio_file}{'' if loop_audio else '%noloop'}")
     context = playwright.chromium.launch_persistent_context(
         str(user_data_dir), executable_path=CHROMIUM, headless=True, args=flags,
         viewport={"width": 1400, "height": 1000},
