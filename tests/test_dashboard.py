@@ -31,6 +31,8 @@ from tests.support.media import letterbox, real_image, slideshow
 
 TOKEN = "dashboard-test-token"
 QUESTION = "How many people do you see?"
+LONG_REQUEST = "Tell me a long story about a red bus and the people in the city."
+INTERRUPTION = "Stop. Wait a moment please."
 ARTIFACTS = REPO_ROOT / "artifacts"
 DOOR = {"name": "door", "polygon": [[0.0, 0.3], [0.45, 0.3], [0.45, 1.0], [0.0, 1.0]]}
 
@@ -51,9 +53,11 @@ def fake_camera(workdir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def fake_microphone(workdir: Path) -> Path:
-    """The question after 4 s of silence (the session is up by then), then 10 s of quiet for the reply. Chromium
-    loops the file, so a slow start that cuts the first question still gets a whole one later."""
-    pcm = np.concatenate([silence(4.0), speech(QUESTION), silence(10.0)])
+    """What the user says: a question after 4 s of silence (the session is up by then) and quiet for its reply;
+    then a request for a long story, interrupted 2 s after it ends (a barge-in). Chromium loops the file, so a
+    slow start that cuts the first question still gets a whole one later."""
+    pcm = np.concatenate([silence(4.0), speech(QUESTION), silence(9.0),
+                          speech(LONG_REQUEST), silence(2.0), speech(INTERRUPTION), silence(8.0)])
     return write_wav(workdir / "question.wav", pcm, OUT_RATE)
 
 
@@ -197,6 +201,17 @@ def test_spoken_question_gets_transcript_reply_and_audible_audio(live_page: Any)
     assert "tiny" in page.text_content("#voice-model").lower()
     path = screenshot(page, "dashboard-live.png")
     assert path.stat().st_size > 10_000
+
+
+def test_speaking_over_a_reply_shows_the_barge_in(live_page: Any) -> None:
+    page = live_page
+    wait_for(page, "s.bargeIns >= 1", 120)
+    barged = [e for e in state(page, "vigilState.conversation") if e["role"] == "assistant" and e["bargedIn"]]
+    assert barged and not barged[0]["done"], barged
+    item = page.locator(f"#conversation li.assistant.barged[data-turn='{barged[0]['turn']}']")
+    assert item.count() == 1 and "streaming" not in (item.get_attribute("class") or "")
+    assert page.locator("#barge-in").is_visible()  # shown for a few seconds after the event
+    screenshot(page, "dashboard-barge-in.png")
 
 
 def test_target_fps_control_changes_the_session_rate(live_page: Any, live_server: VigilProcess) -> None:

@@ -576,6 +576,7 @@ function onEvent(message) {
       item.element.classList.remove("streaming");
     }
     $("barge-in").hidden = false;
+    $("speaking").hidden = true; // the server has cut the reply audio
     clearTimeout(bargeTimer);
     bargeTimer = setTimeout(() => { $("barge-in").hidden = true; }, 4000);
     return;
