@@ -9,6 +9,7 @@ a few canvas pixels. Screenshots go to ``artifacts/`` (git-ignored).
 from __future__ import annotations
 
 import re
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,8 @@ def playwright() -> Iterator[Any]:
 def browser(playwright: Any, workdir: Path, fake_camera: Path, fake_microphone: Path) -> Iterator[Any]:
     with chromium(playwright, workdir / "profile", video_file=fake_camera, audio_file=fake_microphone,
                   loop_audio=True) as context:
+        context.requested_urls = []  # every request any page makes: nothing may come from outside Vigil
+        context.on("request", lambda request: context.requested_urls.append(request.url))
         yield context
 
 
@@ -240,6 +243,19 @@ def test_server_side_file_source_shows_its_detections(browser: Any, live_server:
         for source in live_server.api("GET", "/api/sources")["sources"]:
             live_server.api("DELETE", f"/api/sources/{source['id']}")
         page.close()
+
+
+def test_every_asset_is_served_by_vigil(live_page: Any, browser: Any, live_server: VigilProcess) -> None:
+    assert any(url.endswith("/static/app.js") for url in browser.requested_urls)
+    outside = [url for url in browser.requested_urls
+               if not url.startswith((live_server.url, "data:", "blob:", "ws://127.0.0.1"))]
+    assert not outside, f"the page fetched from elsewhere: {outside}"
+    # The modules load without a token (the page must be able to ask for one) and are served as JavaScript.
+    for name in ("app.js", "api.js", "links.js", "overlay.js", "charts.js", "style.css"):
+        with urllib.request.urlopen(f"{live_server.url}/static/{name}", timeout=5) as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"].startswith(("text/javascript", "application/javascript",
+                                                                 "text/css")), (name, response.headers)
 
 
 def test_wrong_token_is_refused_with_a_clear_message(browser: Any, live_server: VigilProcess) -> None:
