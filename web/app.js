@@ -36,6 +36,8 @@ const state = {
   frameLatency: [],
   media: null,
   replyAudio: { audioLevel: 0, totalAudioEnergy: 0, packetsReceived: 0, playing: false },
+  sources: [], // the server-side sources listed
+  sourceState: null, // the watched source's last source.state data
   errors: [], // {code, message, at}: everything shown to the user as an error
   banner: null,
   messages: 0,

@@ -20,7 +20,7 @@ function niceMax(value) {
   return 10 * power;
 }
 
-const PAD = { left: 44, right: 8, top: 8, bottom: 20 };
+const PAD = { left: 58, right: 8, top: 8, bottom: 20 };
 
 function axes(g, width, height, max, unit, labelled = true) {
   g.font = "11px system-ui, sans-serif";
