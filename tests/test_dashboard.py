@@ -226,22 +226,32 @@ def test_target_fps_control_changes_the_session_rate(live_page: Any, live_server
     assert live_server.api("GET", f"/api/sessions/{session_id}")["config"]["video"]["target_fps"] == 1
 
 
-def test_server_side_file_source_shows_its_detections(browser: Any, live_server: VigilProcess) -> None:
+def test_server_side_file_source_picked_from_the_list_shows_its_detections(browser: Any,
+                                                                          live_server: VigilProcess) -> None:
+    source = live_server.api("POST", "/api/sources", {"path": "people.mp4", "loop": True, "name": "lobby file"})
     page = open_dashboard(browser, live_server)
     try:
         page.click("#tab-server")
-        page.fill("#source-location", "people.mp4")
-        page.check("#source-loop")
-        page.click("#add-source button[type=submit]")
-        wait_for(page, "s.connection.mode === 'source' && s.connection.state === 'live'", 30)
+        row = page.locator(f"#sources tr[data-source-id='{source['id']}']")
+        row.wait_for(timeout=10_000)
+        assert "lobby file" in row.text_content()
+        row.locator("button.watch").click()
+        wait_for(page, f"s.connection.mode === 'source' && s.connection.sourceId === '{source['id']}' "
+                       "&& s.connection.state === 'live'", 30)
         wait_for(page, "s.drawn.labels.includes('person')", 60)
-        assert page.locator("#sources tr.watching").count() == 1
-        assert page.locator("#sources tr.watching").text_content().count("people.mp4") == 1
         assert int(page.get_attribute("#overlay", "data-boxes")) >= 1
+        assert state(page, "vigilState.hello.session") == source["id"]
+        assert "yolo" in page.text_content("#video-model").lower()
+        page.locator(f"#sources tr.watching[data-source-id='{source['id']}']").wait_for(timeout=10_000)
         screenshot(page, "dashboard-source.png")
+        # A file that is not there: the server's reason, on the page.
+        page.fill("#source-location", "no-such-clip.mp4")
+        page.click("#add-source button[type=submit]")
+        wait_for(page, "s.banner && s.banner.code === 'invalid_path'", 10)
+        assert "no such file under the media root" in page.text_content("#banner")
+        assert state(page, "vigilState.connection.state") == "live", "a refused source must not end the watch"
     finally:
-        for source in live_server.api("GET", "/api/sources")["sources"]:
-            live_server.api("DELETE", f"/api/sources/{source['id']}")
+        live_server.api("DELETE", f"/api/sources/{source['id']}")
         page.close()
 
 
