@@ -372,7 +372,9 @@ async function watchSource(sourceId, title) {
   $("stage-empty").textContent = "Waiting for the source's first analysed frame…";
   $("video-caption").textContent = `${title} (server-side: only the detections come to this page)`;
   const placeholder = $("conversation").querySelector(".placeholder");
-  if (placeholder) placeholder.textContent = "If this source has sound, what is said there and Vigil's replies appear here.";
+  if (placeholder) {
+    placeholder.textContent = "If this source has sound, what is said there and Vigil's replies appear here.";
+  }
   await openSourceLink(sourceId, 0);
   refreshSources();
 }
