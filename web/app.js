@@ -519,9 +519,11 @@ function conversationList() {
 }
 
 function entry(turn, role) {
-  let item = state.conversation.find((e) => e.turn === turn && e.role === role);
+  // Turn numbers start again in every session (a reconnect opens a new one): key entries by session too.
+  const session = state.hello ? state.hello.session : null;
+  let item = state.conversation.find((e) => e.session === session && e.turn === turn && e.role === role);
   if (!item) {
-    item = { turn, role, text: "", final: false, done: false, bargedIn: false };
+    item = { session, turn, role, text: "", final: false, done: false, bargedIn: false };
     state.conversation.push(item);
     const li = document.createElement("li");
     li.className = role;
@@ -575,7 +577,9 @@ function onEvent(message) {
   if (state.events.length > 100) state.events.shift();
   if (message.name === "barge_in") {
     state.bargeIns += 1;
-    const item = state.conversation.find((e) => e.turn === data.turn && e.role === "assistant");
+    const session = state.hello ? state.hello.session : null;
+    const item = state.conversation.find(
+      (e) => e.session === session && e.turn === data.turn && e.role === "assistant");
     if (item) {
       item.bargedIn = true;
       item.element.classList.add("barged");
