@@ -209,6 +209,8 @@ def test_spoken_question_gets_transcript_reply_and_audible_audio(live_page: Any)
 def test_speaking_over_a_reply_shows_the_barge_in(live_page: Any) -> None:
     page = live_page
     wait_for(page, "s.bargeIns >= 1", 120)
+    # Words were shown while being spoken (greyed partial transcripts) before their final transcript.
+    assert state(page, "vigilState.partialsShown") >= 1
     barged = [e for e in state(page, "vigilState.conversation") if e["role"] == "assistant" and e["bargedIn"]]
     assert barged and not barged[0]["done"], barged
     item = page.locator(f"#conversation li.assistant.barged[data-turn='{barged[0]['turn']}']")

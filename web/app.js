@@ -32,6 +32,7 @@ const state = {
   events: [],
   conversation: [], // {turn, role: "user"|"assistant", text, final|done, bargedIn}
   bargeIns: 0,
+  partialsShown: 0, // partial transcripts rendered (greyed) before their final
   turnMetrics: [],
   frameLatency: [],
   media: null,
@@ -553,6 +554,7 @@ function onTranscript(message) {
   item.text = message.text;
   item.final = message.final;
   item.element.classList.toggle("partial", !message.final);
+  if (!message.final) state.partialsShown += 1;
   item.element.querySelector(".text").textContent = message.text || "…";
   scrollConversation();
 }
