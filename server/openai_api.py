@@ -55,6 +55,8 @@ ROLES = {"system", "user", "assistant", "developer"}  # developer: OpenAI's newe
 DISCONNECT_POLL_S = 0.05
 
 T = TypeVar("T")
+STAGE_TIMER = web.RequestKey("vigil_stage_timer", StageTimer)
+API_IDENTITY = web.RequestKey("vigil_api_identity", str)  # "key:<name>", "token" or "ip:<address>"
 
 
 # ---------------------------------------------------------------- request bodies
@@ -228,10 +230,10 @@ class ChatApi:
             if not request.path.startswith(API_PREFIX):
                 return await handler(request)
             timer = StageTimer()
-            request["vigil_timer"] = timer
+            request[STAGE_TIMER] = timer
             with timer.stage("ingress"):
                 identity, limit = self.identify(request)
-                request["vigil_api_key"] = identity
+                request[API_IDENTITY] = identity
                 if limit is not None:
                     try:
                         decision = await self.limiter.hit(identity, limit.requests, limit.window_s)
@@ -420,7 +422,7 @@ def _error_for(exc: Exception) -> OpenAiApiError:
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     api = _api(request)
-    timer: StageTimer = request["vigil_timer"]
+    timer: StageTimer = request[STAGE_TIMER]
     with timer.stage("ingress"):
         body, raw = await _read_chat_body(request)
         chat = validate_chat(body, raw, api)
