@@ -312,20 +312,22 @@ async def test_blocked_pattern_ends_the_answer(vigil) -> None:
 
 
 async def test_long_conversation_is_fitted_to_the_context_window(vigil) -> None:
-    server = await vigil(api={**KEYS, **NO_CACHE, "prompt": {
+    # A large max_tokens leaves a small prompt budget (2048 - 1900), so the model only reads a short prompt; the
+    # stop sequences keep the answer short.
+    server = await vigil(api={**KEYS, **NO_CACHE, "max_output_tokens": 2000, "prompt": {
         "system_template": "You are terse.{% for doc in documents %}\nDocument: {{ doc }}{% endfor %}"}})
     client = client_for(server)
     history: list[dict[str, str]] = []
-    for turn in range(12):
+    for turn in range(4):
         history.append({"role": "user", "content": f"Question {turn}: " + "tell me about the weather. " * 20})
         history.append({"role": "assistant", "content": "It is sunny and warm today. " * 20})
     history.append({"role": "user", "content": "And tomorrow?"})
     documents = ["Tomorrow will be rainy.", "word " * 1500]  # the second cannot fit
-    completion = await client.chat.completions.create(model=MODEL, messages=history, max_tokens=8,
-                                                      extra_body={"context_documents": documents})
+    completion = await client.chat.completions.create(model=MODEL, messages=history, max_tokens=1900,
+                                                      stop=[".", "\n"], extra_body={"context_documents": documents})
     prompt = completion.model_extra["vigil"]["prompt"]
-    assert prompt["dropped_messages"] > 0 and prompt["dropped_documents"] == 1
-    assert prompt["tokens"] <= 2048 - 8
+    assert prompt["dropped_messages"] == 8 and prompt["dropped_documents"] == 1
+    assert prompt["tokens"] <= 2048 - 1900
     assert completion.usage is not None and completion.usage.prompt_tokens == prompt["tokens"]
     await client.close()
 
