@@ -431,6 +431,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                              code="server_busy", headers={"Retry-After": "1"})
     api.in_flight += 1
     outcome = "error"
+    plan: ChatPlan | None = None
     try:
         pipeline = await api.pipeline()
         try:
@@ -459,6 +460,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         outcome = "disconnected"
         return web.Response(status=499)  # nobody reads it; nginx's "client closed request"
     finally:
+        if plan is not None:
+            await plan.discard_generation()  # a speculative generation nobody took over (no-op otherwise)
         api.in_flight -= 1
         CHAT_REQUESTS.labels(outcome=outcome).inc()
         timer.observe()

@@ -264,8 +264,14 @@ async def test_semantic_cache_hits_a_paraphrase_and_misses_an_unrelated_question
 
     cache, original = await ask("What is the capital of France?")
     assert cache == "miss"
+    llm = embedded_llm(server)
+    before = await wait_idle(llm)
     cache, paraphrase = await ask("What's France's capital?")
     assert cache == "semantic"
+    # The generation started speculatively beside the embedding lookup was dropped, not left running.
+    after = await wait_idle(llm)
+    assert after["requests_processing"] == 0
+    assert after["tokens_predicted_total"] - before["tokens_predicted_total"] < 16
     assert paraphrase.choices[0].message.content == original.choices[0].message.content
     assert 0.9 <= paraphrase.model_extra["vigil"]["similarity"] <= 1.0
     cache, unrelated = await ask("How do I bake sourdough bread?")

@@ -19,10 +19,10 @@ from typing import Any, Literal
 import numpy as np
 
 from models.embeddings import TextEmbedder
-from models.llm import ChatMessage, LanguageModel, LlmRequest, Usage
+from models.llm import ChatMessage, LanguageModel, LlmRequest, TokenChunk, Usage
 from pipelines.serving.cache import CachedCompletion, ExactCache, SemanticCache, stable_hash
 from pipelines.serving.content_filter import StreamingContentFilter
-from pipelines.serving.prompt import FittedPrompt, PromptBuilder
+from pipelines.serving.prompt import FittedPrompt, PromptBuilder, PromptTooLong
 from pipelines.serving.telemetry import CACHE_LOOKUPS, FILTER_ACTIONS, StageTimer
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,28 @@ class ChatPlan:
     semantic_scope: str | None = None
     semantic_vector: np.ndarray | None = None
     cacheable: bool = False
+    # A generation started before the semantic lookup finished (see ``prepare``); ``run`` takes it over.
+    _generation: AsyncIterator[TokenChunk] | None = None
+    _first_chunk: asyncio.Task[TokenChunk] | None = None
+    _llm_started: float | None = None
+
+    def start_generation(self, llm: LanguageModel) -> None:
+        assert self.request is not None
+        self._llm_started = time.perf_counter()
+        self._generation = llm.generate(self.request)
+        self._first_chunk = asyncio.ensure_future(anext(self._generation))
+
+    async def discard_generation(self) -> None:
+        """Stop a generation that ``run`` never took over (a semantic hit, an error, a client that left)."""
+        first, generation = self._first_chunk, self._generation
+        self._first_chunk = self._generation = None
+        if first is not None:
+            first.cancel()  # cancelling the pending step closes the generator (and so the upstream request)
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+                await first
+        if generation is not None:
+            with contextlib.suppress(Exception):
+                await generation.aclose()
 
 
 @dataclass(frozen=True)
@@ -93,22 +115,56 @@ class ChatPipeline:
     # ------------------------------------------------------------ before the first byte
 
     async def prepare(self, chat: ChatInput, timer: StageTimer) -> ChatPlan:
-        with timer.stage("cache"):
-            plan = await self._look_up(chat)
-        CACHE_LOOKUPS.labels(result=plan.cache).inc()
-        if plan.cached is not None:
-            return plan
-        with timer.stage("prompt"):
-            fitted = await asyncio.to_thread(
-                self.prompt.fit, model=chat.model, messages=chat.messages, documents=chat.documents,
-                count_tokens=self.llm.count_tokens, context_window=self.llm.context_window,
-                reserve_output=chat.max_tokens,
-            )
-        plan.prompt = fitted
-        plan.request = LlmRequest(
-            fitted.messages, max_tokens=chat.max_tokens, temperature=chat.temperature, model=chat.model,
-            top_p=chat.top_p, stop=chat.stop, seed=chat.seed,
+        """Cache lookups and the prompt. The semantic lookup (an embedding, milliseconds of CPU) runs beside the
+        prompt stage, and when it is still running once the prompt is ready, generation starts speculatively so
+        its prefill overlaps the lookup; a semantic hit then drops it."""
+        caches = self.caches
+        cacheable = (caches.exact is not None or caches.semantic is not None) and (
+            chat.temperature == 0 or caches.cache_sampled
         )
+        plan = ChatPlan("miss" if cacheable else "bypass", cacheable=cacheable)
+        semantic: asyncio.Task[None] | None = None
+        if not cacheable:
+            timer.add("cache", 0.0)  # every stage appears in the timings, also when skipped
+        try:
+            if cacheable:
+                with timer.stage("cache"):
+                    await self._exact_lookup(chat, plan)
+                if plan.cached is None and caches.semantic is not None and caches.embedder is not None and (
+                    chat.messages[-1].role == "user"
+                ):
+                    semantic = asyncio.ensure_future(self._semantic_lookup(chat, plan, timer))
+            if plan.cached is None:
+                try:
+                    with timer.stage("prompt"):
+                        fitted = await asyncio.to_thread(
+                            self.prompt.fit, model=chat.model, messages=chat.messages, documents=chat.documents,
+                            count_tokens=self.llm.count_tokens, context_window=self.llm.context_window,
+                            reserve_output=chat.max_tokens,
+                        )
+                except PromptTooLong:
+                    if semantic is not None:
+                        await semantic
+                    if plan.cached is None:
+                        raise
+                else:
+                    plan.prompt = fitted
+                    plan.request = LlmRequest(
+                        fitted.messages, max_tokens=chat.max_tokens, temperature=chat.temperature, model=chat.model,
+                        top_p=chat.top_p, stop=chat.stop, seed=chat.seed,
+                    )
+                    if semantic is not None and not semantic.done():
+                        plan.start_generation(self.llm)
+            if semantic is not None:
+                await semantic
+                if plan.cached is not None:
+                    await plan.discard_generation()
+        except BaseException:
+            if semantic is not None:
+                semantic.cancel()
+            await plan.discard_generation()
+            raise
+        CACHE_LOOKUPS.labels(result=plan.cache).inc()
         return plan
 
     def _cache_scope(self, chat: ChatInput, messages: list[ChatMessage]) -> dict[str, Any]:
@@ -119,33 +175,34 @@ class ChatPipeline:
             "documents": chat.documents, "prompt": self.prompt.fingerprint,
         }
 
-    async def _look_up(self, chat: ChatInput) -> ChatPlan:
-        caches = self.caches
-        cacheable = (caches.exact is not None or caches.semantic is not None) and (
-            chat.temperature == 0 or caches.cache_sampled
-        )
-        if not cacheable:
-            return ChatPlan("bypass")
-        plan = ChatPlan("miss", cacheable=True)
+    async def _exact_lookup(self, chat: ChatInput, plan: ChatPlan) -> None:
+        if self.caches.exact is None:
+            return
+        plan.exact_key = stable_hash(self._cache_scope(chat, chat.messages))
         try:
-            if caches.exact is not None:
-                plan.exact_key = stable_hash(self._cache_scope(chat, chat.messages))
-                hit = await caches.exact.get(plan.exact_key)
-                if hit is not None:
-                    plan.cache, plan.cached = "exact", hit
-                    return plan
-            last = chat.messages[-1]
-            if caches.semantic is not None and caches.embedder is not None and last.role == "user":
-                # Same preceding context (and parameters), similar last question.
-                plan.semantic_scope = stable_hash(self._cache_scope(chat, chat.messages[:-1]))[:32]
-                vectors = await asyncio.to_thread(caches.embedder.embed, [last.content])
-                plan.semantic_vector = vectors[0]
-                found = await caches.semantic.get(plan.semantic_scope, plan.semantic_vector, caches.semantic_threshold)
-                if found is not None:
-                    plan.cache, (plan.cached, plan.similarity) = "semantic", found
+            hit = await self.caches.exact.get(plan.exact_key)
         except Exception as exc:  # a cache that is down (Redis) costs the hit, never the request
-            log.warning("chat cache lookup failed, answering without it: %s", exc)
-        return plan
+            log.warning("exact cache lookup failed, answering without it: %s", exc)
+            return
+        if hit is not None:
+            plan.cache, plan.cached = "exact", hit
+
+    async def _semantic_lookup(self, chat: ChatInput, plan: ChatPlan, timer: StageTimer) -> None:
+        """Same preceding context (and parameters), a similar last question."""
+        caches = self.caches
+        assert caches.semantic is not None and caches.embedder is not None
+        with timer.stage("cache"):
+            try:
+                plan.semantic_scope = stable_hash(self._cache_scope(chat, chat.messages[:-1]))[:32]
+                vectors = await asyncio.to_thread(caches.embedder.embed, [chat.messages[-1].content])
+                plan.semantic_vector = vectors[0]
+                found = await caches.semantic.get(plan.semantic_scope, plan.semantic_vector,
+                                                  caches.semantic_threshold)
+            except Exception as exc:
+                log.warning("semantic cache lookup failed, answering without it: %s", exc)
+                return
+        if found is not None:
+            plan.cache, (plan.cached, plan.similarity) = "semantic", found
 
     async def _store(self, plan: ChatPlan, completion: CachedCompletion) -> None:
         try:
@@ -171,10 +228,19 @@ class ChatPipeline:
         usage: Usage | None = None
         text_chunks = 0
         filter_ms = 0.0
-        llm_start = time.perf_counter()
+        llm_start = plan._llm_started or time.perf_counter()
+        pending_first, generation = plan._first_chunk, plan._generation or self.llm.generate(plan.request)
+        plan._first_chunk = plan._generation = None  # ours now: closed below whatever happens
         try:
-            async with contextlib.aclosing(self.llm.generate(plan.request)) as chunks:
-                async for chunk in chunks:
+            async with contextlib.aclosing(generation) as chunks:
+                while True:
+                    try:
+                        if pending_first is not None:
+                            chunk, pending_first = await pending_first, None
+                        else:
+                            chunk = await anext(chunks)
+                    except StopAsyncIteration:
+                        break
                     finish_reason = finish_reason or chunk.finish_reason
                     usage = chunk.usage or usage
                     if not chunk.text:
