@@ -1,12 +1,13 @@
 """Chat API benchmark: time to first token (TTFT) and time per output token (TPOT) at concurrency 1, 4 and 8
-against the embedded backend (SmolLM2 on xllamacpp), through Vigil's /v1/chat/completions (official ``openai``
-SDK, streaming, full pipeline: API key, rate limiter, cache lookup with embeddings, prompt fitting, PII filter)
-and directly on the same in-process backend object. The ratio of the two is the pipeline's overhead (goal
-<= 1.05).
+against the embedded backend (SmolLM2 on xllamacpp), through Vigil's /v1/chat/completions (streaming, the full
+pipeline: API key, rate limiter, cache lookup with embeddings, prompt fitting, PII filter) and directly on the
+same in-process backend object. The ratio of the two is the pipeline's overhead (goal <= 1.05).
 
 Every request asks a different question at temperature 0 with a fixed max_tokens, so the cache always misses
 (its lookup cost is still paid) and both paths generate the same tokens. Both run in this one process, in the
-order direct, vigil, vigil, direct per concurrency level, so machine drift hits both.
+order direct, vigil, vigil, direct per concurrency level, so machine drift hits both. Vigil's stream is read with
+plain aiohttp by default; ``--client sdk`` reads it with the official openai SDK, whose per-chunk parsing runs in
+this same process and, on a 2-core machine, competes with llama.cpp's threads (client cost, not pipeline cost).
 Run it offline like the tests:  make bench BENCH=api  or
     unshare -n bash -c 'ip link set lo up && .venv/bin/python -m bench.api --max-tokens 32'
 """
@@ -17,11 +18,13 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import json
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import aiohttp
 import openai
 from aiohttp import web
 
@@ -88,6 +91,33 @@ async def through_vigil(client: openai.AsyncOpenAI, question: str, max_tokens: i
     return Sample(((first or end) - start) * 1000, (end - start) * 1000, tokens)
 
 
+async def through_vigil_raw(session: aiohttp.ClientSession, url: str, question: str, max_tokens: int,
+                            stages: list[dict[str, float]]) -> Sample:
+    """The same request read with plain aiohttp: a light client, so its own parsing steals little CPU from the
+    server on a small machine (the SDK builds a pydantic object per chunk)."""
+    start = time.perf_counter()
+    first: float | None = None
+    tokens = 0
+    body = {"model": MODEL, "messages": [{"role": "user", "content": question}], "max_tokens": max_tokens,
+            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    async with session.post(url + "/chat/completions", json=body,
+                            headers={"Authorization": f"Bearer {KEY}"}) as response:
+        response.raise_for_status()
+        async for line in response.content:
+            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                continue
+            chunk = json.loads(line[6:])
+            choices = chunk.get("choices") or []
+            if choices and choices[0]["delta"].get("content") and first is None:
+                first = time.perf_counter()
+            if choices and choices[0].get("finish_reason"):
+                stages.append(chunk.get("vigil", {}).get("stage_timings_ms", {}))
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    end = time.perf_counter()
+    return Sample(((first or end) - start) * 1000, (end - start) * 1000, tokens)
+
+
 async def run_level(call: Callable[[str], Awaitable[Sample]], ask: itertools.cycle[str], concurrency: int,
                     requests: int) -> list[Sample]:
     """``requests`` calls, ``concurrency`` at a time (each worker starts its next one when the last ends)."""
@@ -116,7 +146,8 @@ async def main(args: argparse.Namespace) -> None:
     settings = load_settings(None, {
         "models": {"detector": {"backend": "none"}}, "voice": {"enabled": False},
         "api": {"keys": [{"name": "bench", "key": KEY}], "rate_limit": None, "preload": True,
-                "cache": {"semantic": not args.no_semantic_cache}},
+                "cache": {"semantic": not args.no_semantic_cache},
+                "content_filter": {"enabled": not args.no_filter}},
     })
     runner = web.AppRunner(create_app(settings))
     await runner.setup()
@@ -132,7 +163,11 @@ async def main(args: argparse.Namespace) -> None:
     async def call_direct(question: str) -> Sample:
         return await direct(llm, question, args.max_tokens)
 
+    session = aiohttp.ClientSession()
+
     async def call_vigil(question: str) -> Sample:
+        if args.client == "raw":
+            return await through_vigil_raw(session, url, question, args.max_tokens, stages)
         return await through_vigil(client, question, args.max_tokens, stages)
 
     # Warm-up: model pages, llama.cpp's first batch, the embedder's first call, the HTTP connection pool.
@@ -154,7 +189,7 @@ async def main(args: argparse.Namespace) -> None:
         ratios[concurrency] = summary(results["vigil"])["latency"] / summary(results["direct"])["latency"]
 
     print(f"\nChat API benchmark: embedded {llm.name}, max_tokens {args.max_tokens}, temperature 0, "
-          f"distinct questions (cache misses), streaming")
+          f"distinct questions (cache misses), streaming, client {args.client}")
     print(f"{'conc':>4} {'path':>7} {'TTFT p50 ms':>12} {'TTFT p90 ms':>12} {'TPOT ms':>9} {'latency ms':>11} "
           f"{'tokens':>7}")
     for concurrency, mode, s in rows:
@@ -170,6 +205,7 @@ async def main(args: argparse.Namespace) -> None:
               + ", ".join(f"{key} {means[key]:.2f}" for key in ("ingress", "cache", "prompt", "llm", "filter")
                           if key in means))
     await client.close()
+    await session.close()
     await runner.cleanup()
 
 
@@ -177,7 +213,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
-    parser.add_argument("--min-requests", type=int, default=6, help="requests per path and level (at least 2x conc)")
+    parser.add_argument("--min-requests", type=int, default=8, help="requests per path and level (at least 2x conc)")
+    parser.add_argument("--client", choices=["sdk", "raw"], default="raw",
+                        help="read Vigil's stream with plain aiohttp (default: the client's own parsing then steals "
+                        "little CPU from the server on a small machine) or with the openai SDK")
+    parser.add_argument("--no-filter", action="store_true", help="turn the content filter off (its cost)")
     parser.add_argument("--no-semantic-cache", action="store_true", help="skip the embedding lookup (its cost)")
     return parser.parse_args(argv)
 
