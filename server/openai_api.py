@@ -486,50 +486,65 @@ async def _stream(
     request: web.Request, pipeline: ChatPipeline, plan: ChatPlan, chat: ChatInput, body: ChatCompletionBody,
     timer: StageTimer, completion_id: str, headers: dict[str, str],
 ) -> tuple[web.StreamResponse, str]:
-    """Server-Sent Events in OpenAI's chunk format. Returns the response and the outcome for the metrics."""
+    """Server-Sent Events in OpenAI's chunk format. Returns the response and the outcome for the metrics.
+
+    The status line waits for the first piece of the answer, so a backend that fails before answering still
+    gets a proper error status; a failure after that is reported in the stream (OpenAI's ``{"error": ...}``)."""
     created = int(time.time())
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    headers["X-Vigil-Stage-Timings"] = timer.header()  # the stages before the first byte; the rest at the end
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           **headers})
-    await response.prepare(request)
-
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
-        return _sse({"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": chat.model,
-                     "system_fingerprint": None,
-                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
-                     **extra})
-
-    async def send_all() -> str:
-        await response.write(chunk({"role": "assistant", "content": ""}))
-        try:
-            async with contextlib.aclosing(pipeline.run(plan, timer)) as events:
-                async for event in events:
-                    if isinstance(event, ChatDelta):
-                        if event.text:
-                            await response.write(chunk({"content": event.text}))
-                        continue
-                    vigil = _vigil_field(plan, timer)
-                    await response.write(chunk({}, event.finish_reason, vigil=vigil))
-                    if include_usage:
-                        await response.write(_sse({"id": completion_id, "object": "chat.completion.chunk",
-                                                   "created": created, "model": chat.model, "choices": [],
-                                                   "usage": _usage(event)}))
-                    await response.write(b"data: [DONE]\n\n")
-                    return event.finish_reason
-        except (LlmRequestError, LlmUnavailable) as exc:  # the status is sent already: report in the stream
-            error = _error_for(exc)
-            await response.write(b"data: " + error.text.encode() + b"\n\n")
-            return "error"
-        return "error"
-
+    events = pipeline.run(plan, timer)
     try:
-        outcome = await _unless_disconnected(request, send_all())
-    except (ClientDisconnected, ConnectionResetError):
-        return response, "disconnected"
-    with contextlib.suppress(ConnectionResetError):
-        await response.write_eof()
-    return response, outcome
+        try:
+            first: ChatDelta | ChatEnd | None = await _unless_disconnected(request, anext(events))
+        except StopAsyncIteration:
+            first = None
+        except (LlmRequestError, LlmUnavailable) as exc:
+            raise _error_for(exc) from exc
+        headers["X-Vigil-Stage-Timings"] = timer.header()  # the stages before the first byte; all at the end
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                               **headers})
+        await response.prepare(request)
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
+            return _sse({"id": completion_id, "object": "chat.completion.chunk", "created": created,
+                         "model": chat.model, "system_fingerprint": None,
+                         "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
+                         **extra})
+
+        async def send(event: ChatDelta | ChatEnd) -> str | None:
+            if isinstance(event, ChatDelta):
+                if event.text:
+                    await response.write(chunk({"content": event.text}))
+                return None
+            await response.write(chunk({}, event.finish_reason, vigil=_vigil_field(plan, timer)))
+            if include_usage:
+                await response.write(_sse({"id": completion_id, "object": "chat.completion.chunk",
+                                           "created": created, "model": chat.model, "choices": [],
+                                           "usage": _usage(event)}))
+            await response.write(b"data: [DONE]\n\n")
+            return event.finish_reason
+
+        async def send_all() -> str:
+            await response.write(chunk({"role": "assistant", "content": ""}))
+            try:
+                if first is not None and (finished := await send(first)) is not None:
+                    return finished
+                async for event in events:
+                    if (finished := await send(event)) is not None:
+                        return finished
+            except (LlmRequestError, LlmUnavailable) as exc:  # the status is sent already: report in the stream
+                await response.write(b"data: " + _error_for(exc).text.encode() + b"\n\n")
+            return "error"
+
+        try:
+            outcome = await _unless_disconnected(request, send_all())
+        except (ClientDisconnected, ConnectionResetError):
+            return response, "disconnected"
+        with contextlib.suppress(ConnectionResetError):
+            await response.write_eof()
+        return response, outcome
+    finally:
+        await events.aclose()  # closes the generation if it is still running
 
 
 async def list_models(request: web.Request) -> web.Response:

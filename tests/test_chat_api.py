@@ -24,6 +24,7 @@ import yaml
 
 from models.llm import EmbeddedLlm
 from server.openai_api import CHAT_API
+from tests.support.llm_server import LlmServer
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.scripted_llm import ScriptedLlmForTest
 
@@ -336,6 +337,25 @@ async def test_long_conversation_is_fitted_to_the_context_window(vigil) -> None:
     assert prompt["tokens"] <= 2048 - 1900
     assert completion.usage is not None and completion.usage.prompt_tokens == prompt["tokens"]
     await client.close()
+
+
+async def test_openai_compatible_upstream_and_one_that_is_down(vigil) -> None:
+    with LlmServer() as upstream:
+        server = await vigil(api={**KEYS, **NO_CACHE},
+                             models={"llm": {"backend": "openai", "base_url": upstream.url}})
+        client = client_for(server)
+        completion = await client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=12, temperature=0)
+        assert completion.choices[0].message.content and completion.usage is not None
+        stream = await client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=12, temperature=0,
+                                                      stream=True)
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        assert text == completion.choices[0].message.content
+        upstream.stop()  # the backend goes down: a clear 503 (the stream's status waits for its first token)
+        for stream_it in (False, True):
+            with pytest.raises(openai.InternalServerError) as error:
+                await client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=12, stream=stream_it)
+            assert error.value.status_code == 503 and error.value.code == "model_unavailable"
+        await client.close()
 
 
 # ---------------------------------------------------------------- Redis: several processes share state
