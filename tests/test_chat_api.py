@@ -318,6 +318,25 @@ async def test_blocked_pattern_ends_the_answer(vigil) -> None:
     await client.close()
 
 
+async def test_generations_in_flight_are_bounded(vigil) -> None:
+    server = await vigil(api={**KEYS, **NO_CACHE, "max_in_flight": 1})
+    release = asyncio.Event()
+    scripted = ScriptedLlmForTest(["One", " answer."], name=MODEL, hold=release)
+    server.app[CHAT_API].use_llm_for_test(scripted)
+    client = client_for(server)
+    first = asyncio.create_task(client.chat.completions.create(model=MODEL, messages=FRANCE))
+    await scripted.started.wait()
+    assert server.app[CHAT_API].in_flight == 1
+    with pytest.raises(openai.InternalServerError) as error:
+        await client.chat.completions.create(model=MODEL, messages=FRANCE, stream=True)
+    assert error.value.status_code == 503 and error.value.code == "server_busy"
+    assert int(error.value.response.headers["retry-after"]) >= 1
+    release.set()
+    assert (await first).choices[0].message.content == "One answer."
+    assert server.app[CHAT_API].in_flight == 0
+    await client.close()
+
+
 async def test_long_conversation_is_fitted_to_the_context_window(vigil) -> None:
     # A large max_tokens leaves a small prompt budget (2048 - 1900), so the model only reads a short prompt; the
     # stop sequences keep the answer short.

@@ -159,6 +159,7 @@ class ChatPipeline:
                 await semantic
                 if plan.cached is not None:
                     await plan.discard_generation()
+                    plan.prompt = plan.request = None  # answered from the cache: no prompt was used
         except BaseException:
             if semantic is not None:
                 semantic.cancel()

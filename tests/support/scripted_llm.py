@@ -11,8 +11,11 @@ from models.llm import ChatMessage, LlmRequest, TokenChunk, Usage
 
 
 class ScriptedLlmForTest:
-    def __init__(self, chunks: list[str], name: str = "scripted", context_window: int = 2048) -> None:
+    def __init__(self, chunks: list[str], name: str = "scripted", context_window: int = 2048,
+                 hold: asyncio.Event | None = None) -> None:
         self.chunks = chunks
+        self.hold = hold  # when given, each generation waits for it before its first chunk
+        self.started = asyncio.Event()  # set once a generation has begun
         self.name = name
         self.context_window = context_window
         self.requests: list[LlmRequest] = []
@@ -23,8 +26,11 @@ class ScriptedLlmForTest:
 
     async def generate(self, request: LlmRequest) -> AsyncIterator[TokenChunk]:
         self.requests.append(request)
+        self.started.set()
         finished = False
         try:
+            if self.hold is not None:
+                await self.hold.wait()
             for text in self.chunks:
                 await asyncio.sleep(0)  # a real backend yields to the loop between tokens
                 yield TokenChunk(text)
