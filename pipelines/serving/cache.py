@@ -8,6 +8,7 @@ vector index (RediSearch) is needed at this size.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -127,14 +128,20 @@ class RedisSemanticCache:
 
     async def get(self, scope: str, vector: np.ndarray, threshold: float) -> tuple[CachedCompletion, float] | None:
         raw_entries = await self._redis.lrange(self._prefix + scope, 0, self._max_entries - 1)
+        if len(raw_entries) > 16:  # decoding and scoring many entries takes milliseconds: not on the event loop
+            return await asyncio.to_thread(self._best, raw_entries, vector, threshold)
+        return self._best(raw_entries, vector, threshold)
+
+    @staticmethod
+    def _best(raw_entries: list[bytes], vector: np.ndarray, threshold: float) -> tuple[CachedCompletion, float] | None:
         now = time.time()  # wall clock: the entries may come from another process
         best: tuple[CachedCompletion, float] | None = None
+        query = vector.astype(np.float32)
         for raw in raw_entries:
             entry = json.loads(raw)
             if entry["expires"] <= now:
                 continue
-            stored = np.frombuffer(base64.b64decode(entry["vector"]), dtype=np.float32)
-            similarity = float(stored @ vector.astype(np.float32))
+            similarity = float(np.frombuffer(base64.b64decode(entry["vector"]), dtype=np.float32) @ query)
             if similarity >= threshold and (best is None or similarity > best[1]):
                 best = (CachedCompletion(**entry["answer"]), similarity)
         return best
