@@ -4,10 +4,12 @@ pipeline: API key, rate limiter, cache lookup with embeddings, prompt fitting, P
 same in-process backend object. The ratio of the two is the pipeline's overhead (goal <= 1.05).
 
 Every request asks a different question at temperature 0 with a fixed max_tokens, so the cache always misses
-(its lookup cost is still paid) and both paths generate the same tokens. Both run in this one process, in the
-order direct, vigil, vigil, direct per concurrency level, so machine drift hits both. Vigil's stream is read with
-plain aiohttp by default; ``--client sdk`` reads it with the official openai SDK, whose per-chunk parsing runs in
-this same process and, on a 2-core machine, competes with llama.cpp's threads (client cost, not pipeline cost).
+(its lookup cost is still paid) and both paths generate the same tokens. Both run in this one process, in short
+alternating rounds (direct then vigil, vigil then direct, ...), so machine drift hits both. Vigil's stream is read
+with plain aiohttp by default; ``--client sdk`` reads it with the official openai SDK, whose per-chunk parsing
+runs in this same process and, on a 2-core machine, competes with llama.cpp's threads (client cost, not pipeline
+cost). On a small CPU-only machine the pipeline's own CPU work (embedding for the semantic cache, token counting,
+SSE) also competes with llama.cpp's threads; ``--no-semantic-cache`` and ``--no-filter`` show their share.
 Run it offline like the tests:  make bench BENCH=api  or
     unshare -n bash -c 'ip link set lo up && .venv/bin/python -m bench.api --max-tokens 32'
 """
@@ -178,12 +180,15 @@ async def main(args: argparse.Namespace) -> None:
     rows: list[tuple[int, str, dict[str, float]]] = []
     ratios: dict[int, float] = {}
     for concurrency in args.concurrency:
-        requests = max(args.min_requests, 2 * concurrency)
-        half = max(1, requests // 2)
+        # Short alternating rounds (direct then vigil, then vigil then direct, ...) so load changes on a shared
+        # machine hit both paths alike.
+        rounds = max(args.rounds, -(-args.min_requests // concurrency))
         results: dict[str, list[Sample]] = {"direct": [], "vigil": []}
-        for mode in ("direct", "vigil", "vigil", "direct"):
-            call, ask = (call_direct, ask_direct) if mode == "direct" else (call_vigil, ask_vigil)
-            results[mode] += await run_level(call, ask, concurrency, half)
+        for round_number in range(rounds):
+            order = ("direct", "vigil") if round_number % 2 == 0 else ("vigil", "direct")
+            for mode in order:
+                call, ask = (call_direct, ask_direct) if mode == "direct" else (call_vigil, ask_vigil)
+                results[mode] += await run_level(call, ask, concurrency, concurrency)
         for mode in ("direct", "vigil"):
             rows.append((concurrency, mode, summary(results[mode])))
         ratios[concurrency] = summary(results["vigil"])["latency"] / summary(results["direct"])["latency"]
@@ -213,7 +218,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
-    parser.add_argument("--min-requests", type=int, default=8, help="requests per path and level (at least 2x conc)")
+    parser.add_argument("--min-requests", type=int, default=8, help="requests per path and concurrency level")
+    parser.add_argument("--rounds", type=int, default=4, help="alternating rounds per level (each: conc requests)")
     parser.add_argument("--client", choices=["sdk", "raw"], default="raw",
                         help="read Vigil's stream with plain aiohttp (default: the client's own parsing then steals "
                         "little CPU from the server on a small machine) or with the openai SDK")
