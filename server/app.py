@@ -12,6 +12,7 @@ from server.config import Settings
 from server.engines import build_analyzers
 from server.errors import ApiError, json_errors
 from server.ice import restrict_host_addresses
+from server.openai_api import setup_openai_api
 from server.sessions import Analyzers, SessionRegistry
 from server.sources import SourceManager
 from server.state import SESSIONS, SETTINGS, SOURCES, WEBSOCKETS
@@ -42,6 +43,7 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Ap
     app[WEBSOCKETS] = set()
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
+    setup_openai_api(app, settings)  # /v1/*: its own ingress (API keys, rate limit) and the chat routes
     app.router.add_get("/", _index)
     if settings.server.web_root.is_dir():
         app.router.add_static("/static/", settings.server.web_root)

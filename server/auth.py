@@ -11,6 +11,8 @@ from server.errors import ApiError, Handler
 # The dashboard's own files must load without a token: the page is what asks the user for it.
 PUBLIC_PREFIXES = ("/static/",)
 PUBLIC_PATHS = frozenset({"/", "/index.html", "/favicon.ico"})
+# The OpenAI-compatible API checks API keys (or this token) in its own ingress (server/openai_api.py).
+DELEGATED_PREFIXES = ("/v1/",)
 
 
 def presented_token(request: web.Request) -> str | None:
@@ -24,7 +26,8 @@ def presented_token(request: web.Request) -> str | None:
 def auth_middleware(token: str | None):
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if token is None or request.path in PUBLIC_PATHS or request.path.startswith(PUBLIC_PREFIXES):
+        if (token is None or request.path in PUBLIC_PATHS or request.path.startswith(PUBLIC_PREFIXES)
+                or request.path.startswith(DELEGATED_PREFIXES)):
             return await handler(request)
         given = presented_token(request)
         if given is None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from models.detectors import load_detector
+from models.embeddings import TextEmbedder
 from models.llm import EmbeddedLlm, LanguageModel, OpenAiLlm
 from models.packaged import ModelNotAvailable
 from models.stt import WhisperStt
@@ -99,3 +100,10 @@ def voice_loop_config(settings: Settings, origin: str) -> VoiceLoopConfig:
     echo_gating = voice.echo_gating == "on" or (voice.echo_gating == "auto" and origin in ("rtsp", "file"))
     shared = {f.name for f in dataclasses.fields(VoiceLoopConfig)} - {"echo_gating"}
     return VoiceLoopConfig(echo_gating=echo_gating, **voice.model_dump(include=shared))
+
+
+def build_embedder(settings: Settings) -> TextEmbedder:
+    """The sentence embedder of the chat API's semantic cache (loaded once per process)."""
+    from models.embeddings import MiniLmEmbedder  # deferred: imports torch
+
+    return _shared(("embedder",), MiniLmEmbedder)

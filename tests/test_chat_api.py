@@ -1,0 +1,453 @@
+"""The OpenAI-compatible chat API, driven by the official ``openai`` SDK against a real Vigil server with the
+embedded SmolLM2 (and, for PII the small model will not produce, ``ScriptedLlmForTest`` at the chat API's
+test seam). Redis mode runs a real ``redis-server`` and two ``vigil serve`` processes on loopback.
+
+Cancellation is checked on what llama.cpp reports (tokens predicted, requests in flight), not on wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+import yaml
+
+from models.llm import EmbeddedLlm
+from server.openai_api import CHAT_API
+from tests.support.llm_server import LlmServer
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.scripted_llm import ScriptedLlmForTest
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = "smollm2-135m-instruct"
+KEY = "sk-test-key"
+FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+STORY = [{"role": "user", "content": "Write a long story about a dragon."}]
+NO_CACHE = {"cache": {"exact": False, "semantic": False}}
+KEYS = {"keys": [{"name": "tester", "key": KEY}]}
+STAGES = ("ingress", "cache", "prompt", "llm", "filter")
+
+
+def client_for(server: Any, key: str = KEY, **options: Any) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0, **options)
+
+
+def embedded_llm(server: Any) -> EmbeddedLlm:
+    pipeline = server.app[CHAT_API].pipeline_if_loaded
+    assert pipeline is not None and isinstance(pipeline.llm, EmbeddedLlm)
+    return pipeline.llm
+
+
+async def wait_idle(llm: EmbeddedLlm, deadline_s: float = 60.0) -> dict[str, float]:
+    end = time.monotonic() + deadline_s
+    while True:
+        metrics = await asyncio.to_thread(llm.backend_metrics)
+        if metrics["requests_processing"] == 0 or time.monotonic() > end:
+            return metrics
+        await asyncio.sleep(0.05)
+
+
+async def metric(server: Any, line_prefix: str) -> float:
+    async with aiohttp.ClientSession() as session, session.get(server.url + "/metrics") as response:
+        for line in (await response.text()).splitlines():
+            if line.startswith(line_prefix):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_completion_streaming_and_usage(vigil) -> None:
+    server = await vigil(api={**KEYS, **NO_CACHE})
+    client = client_for(server)
+    raw = await client.chat.completions.with_raw_response.create(model=MODEL, messages=FRANCE, max_tokens=24,
+                                                                 temperature=0)
+    completion = raw.parse()
+    answer = completion.choices[0].message.content
+    assert answer and answer.strip()
+    assert completion.choices[0].finish_reason in ("stop", "length")
+    usage = completion.usage
+    assert usage is not None and 0 < usage.completion_tokens <= 24
+    assert usage.prompt_tokens == embedded_llm(server).count_tokens(_as_messages(FRANCE))
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert raw.headers["x-vigil-cache"] == "bypass"  # caches off
+    timings = dict(part.split("=") for part in raw.headers["x-vigil-stage-timings"].split(";"))
+    assert set(STAGES) <= set(timings) and all(float(ms) >= 0 for ms in timings.values())
+    assert completion.model_extra["vigil"]["stage_timings_ms"].keys() >= set(STAGES)
+
+    stream = await client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=24, temperature=0,
+                                                  stream=True, stream_options={"include_usage": True})
+    chunks = [chunk async for chunk in stream]
+    deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(deltas) > 1  # streamed token by token, not in one piece
+    assert "".join(deltas) == answer  # temperature 0: the same answer
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finish == [completion.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == usage.prompt_tokens
+
+    plain = await client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=4, stream=True)
+    assert all(c.usage is None for c in [c async for c in plain])  # usage only when asked for
+    models = await client.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    assert (await client.models.retrieve(MODEL)).id == MODEL
+    await client.close()
+
+
+def _as_messages(messages: list[dict[str, str]]) -> list[Any]:
+    from models.llm import ChatMessage
+
+    return [ChatMessage(m["role"], m["content"]) for m in messages]  # type: ignore[arg-type]
+
+
+async def test_disconnect_cancels_generation(vigil) -> None:
+    server = await vigil(api={**KEYS, **NO_CACHE})
+    client = client_for(server)
+    await client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=1)  # loads the model
+    llm = embedded_llm(server)
+    disconnected = 'vigil_api_chat_requests_total{outcome="disconnected"}'
+    before, disconnects = await wait_idle(llm), await metric(server, disconnected)
+
+    stream = await client.chat.completions.create(model=MODEL, messages=STORY, max_tokens=300, temperature=0,
+                                                  stream=True)
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            assert (await asyncio.to_thread(llm.backend_metrics))["requests_processing"] == 1
+            break
+    await stream.close()  # drops the connection
+    after = await wait_idle(llm)
+    assert after["requests_processing"] == 0
+    assert 1 <= after["tokens_predicted_total"] - before["tokens_predicted_total"] < 40
+    assert await metric(server, disconnected) == disconnects + 1
+
+    # Non-streaming: the client gives up waiting and closes the connection.
+    impatient = client_for(server, timeout=0.5)
+    with pytest.raises(openai.APITimeoutError):
+        await impatient.chat.completions.create(model=MODEL, messages=STORY, max_tokens=300, temperature=0)
+    final = await wait_idle(llm)
+    assert final["tokens_predicted_total"] - after["tokens_predicted_total"] < 150
+    assert await metric(server, disconnected) == disconnects + 2
+    await client.close()
+    await impatient.close()
+
+
+async def test_api_keys(vigil) -> None:
+    server = await vigil(api={"keys": [{"name": "a", "key": "key-a"}, {"name": "b", "key": "key-b"}]},
+                         auth={"token": "dashboard-token"})
+    async with aiohttp.ClientSession() as session, session.get(server.url + "/v1/models") as response:
+        assert response.status == 401  # no key at all (the SDK refuses to send none)
+        error_body = (await response.json())["error"]
+        assert error_body["code"] == "invalid_api_key" and error_body["type"] == "authentication_error"
+    for wrong in ("nope", "dashboard-token"):  # with API keys configured the dashboard token is no key
+        client = client_for(server, key=wrong)
+        with pytest.raises(openai.AuthenticationError) as error:
+            await client.models.list()
+        assert error.value.status_code == 401 and error.value.code == "invalid_api_key"
+        await client.close()
+    for good in ("key-a", "key-b"):
+        client = client_for(server, key=good)
+        assert (await client.models.list()).data
+        await client.close()
+
+    fallback = await vigil(auth={"token": "dashboard-token"})  # no API keys: auth.token guards /v1 too
+    client = client_for(fallback, key="dashboard-token")
+    assert (await client.models.list()).data
+    with pytest.raises(openai.AuthenticationError):
+        await client_for(fallback, key="other").models.list()
+    await client.close()
+
+
+async def test_rate_limit_answers_429_with_retry_after(vigil) -> None:
+    server = await vigil(api={"keys": [{"name": "slow", "key": "key-slow", "rate_limit": {"requests": 2,
+                                                                                          "window_s": 30}},
+                                       {"name": "other", "key": "key-other"}]})
+    slow = client_for(server, key="key-slow")
+    await slow.models.list()
+    await slow.models.list()
+    with pytest.raises(openai.RateLimitError) as error:
+        await slow.models.list()
+    assert error.value.status_code == 429
+    assert 1 <= int(error.value.response.headers["retry-after"]) <= 30
+    with pytest.raises(openai.RateLimitError):  # refusals are not counted, but the window still holds two
+        await slow.chat.completions.create(model=MODEL, messages=FRANCE)
+    other = client_for(server, key="key-other")  # another key has its own window
+    assert (await other.models.list()).data
+    assert await metric(server, 'vigil_api_rate_limited_total{key="slow"}') >= 2
+    await slow.close()
+    await other.close()
+
+
+LONG_TEXT = "Tell me everything about the history of every country in the world, in detail. " * 200
+VALIDATION_CASES = [
+    ("role", {"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
+    ("empty content", {"messages": [{"role": "user", "content": "   "}]}, "messages[0].content"),
+    ("no messages", {"messages": []}, "messages"),
+    ("only system", {"messages": [{"role": "system", "content": "Be brief."}]}, "messages"),
+    ("too many messages", {"messages": FRANCE * 9}, "messages"),
+    ("max_tokens 0", {"max_tokens": 0}, "max_tokens"),
+    ("max_tokens too large", {"max_tokens": 5000}, "max_tokens"),
+    ("max_tokens not a number", {"max_tokens": "many"}, "max_tokens"),
+    ("temperature", {"temperature": 2.5}, "temperature"),
+    ("top_p", {"top_p": 0}, "top_p"),
+    ("unknown model", {"model": "gpt-4o"}, "model"),
+    ("n", {"n": 2}, "n"),
+    ("tools", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ("too many documents", {"extra_body": {"context_documents": ["doc"] * 5}}, "context_documents"),
+    ("last message cannot fit", {"messages": [{"role": "user", "content": LONG_TEXT}], "max_tokens": 512},
+     "messages"),
+]
+
+
+@pytest.mark.parametrize(("rule", "change", "param"), VALIDATION_CASES, ids=[c[0] for c in VALIDATION_CASES])
+async def test_validation_answers_400(vigil, rule: str, change: dict[str, Any], param: str) -> None:
+    server = await vigil(api={**KEYS, "max_messages": 8, "max_output_tokens": 1024,
+                              "prompt": {"max_context_documents": 4}, **NO_CACHE})
+    client = client_for(server)
+    with pytest.raises(openai.BadRequestError) as error:
+        await client.chat.completions.create(**{"model": MODEL, "messages": FRANCE, "max_tokens": 8, **change})
+    assert error.value.status_code == 400
+    body = error.value.body
+    assert isinstance(body, dict) and body["param"] == param and body["message"]
+    if rule == "last message cannot fit":
+        assert body["code"] == "context_length_exceeded" and "2048" in body["message"]
+    # the server is fine afterwards
+    assert (await client.models.list()).data
+    await client.close()
+
+
+async def test_exact_cache_hit_on_repeated_deterministic_request(vigil) -> None:
+    server = await vigil(api={**KEYS, "cache": {"semantic": False}})
+    client = client_for(server)
+    ask = {"model": MODEL, "messages": FRANCE, "max_tokens": 16, "temperature": 0}
+    first = await client.chat.completions.with_raw_response.create(**ask)
+    assert first.headers["x-vigil-cache"] == "miss"
+    llm = embedded_llm(server)
+    predicted = (await wait_idle(llm))["tokens_predicted_total"]
+    exact_hits = await metric(server, 'vigil_api_cache_total{result="exact"}')
+    second = await client.chat.completions.with_raw_response.create(**ask)
+    assert second.headers["x-vigil-cache"] == "exact"
+    assert second.parse().model_extra["vigil"]["cache"] == "exact"
+    assert second.parse().choices[0].message.content == first.parse().choices[0].message.content
+    assert second.parse().usage == first.parse().usage
+    stream = await client.chat.completions.create(**ask, stream=True)  # a stream is served from it too
+    assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == (
+        first.parse().choices[0].message.content)
+    assert (await wait_idle(llm))["tokens_predicted_total"] == predicted  # nothing was generated
+    assert await metric(server, 'vigil_api_cache_total{result="exact"}') == exact_hits + 2
+
+    other = await client.chat.completions.with_raw_response.create(**{**ask, "max_tokens": 15})
+    assert other.headers["x-vigil-cache"] == "miss"  # other parameters, other entry
+    sampled = await client.chat.completions.with_raw_response.create(**{**ask, "temperature": 0.8})
+    assert sampled.headers["x-vigil-cache"] == "bypass"  # never cache sampling unless configured
+    again = await client.chat.completions.with_raw_response.create(**{**ask, "temperature": 0.8})
+    assert again.headers["x-vigil-cache"] == "bypass"
+    await client.close()
+
+
+async def test_semantic_cache_hits_a_paraphrase_and_misses_an_unrelated_question(vigil) -> None:
+    server = await vigil(api={**KEYS, "cache": {"exact": False, "semantic": True, "semantic_threshold": 0.9}})
+    client = client_for(server)
+
+    async def ask(question: str) -> tuple[str, Any]:
+        raw = await client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": question}], max_tokens=16, temperature=0)
+        return raw.headers["x-vigil-cache"], raw.parse()
+
+    cache, original = await ask("What is the capital of France?")
+    assert cache == "miss"
+    llm = embedded_llm(server)
+    before = await wait_idle(llm)
+    cache, paraphrase = await ask("What's France's capital?")
+    assert cache == "semantic"
+    # The generation started speculatively beside the embedding lookup was dropped, not left running.
+    after = await wait_idle(llm)
+    assert after["requests_processing"] == 0
+    assert after["tokens_predicted_total"] - before["tokens_predicted_total"] < 16
+    assert paraphrase.choices[0].message.content == original.choices[0].message.content
+    assert 0.9 <= paraphrase.model_extra["vigil"]["similarity"] <= 1.0
+    cache, unrelated = await ask("How do I bake sourdough bread?")
+    assert cache == "miss"
+    assert unrelated.choices[0].message.content != original.choices[0].message.content
+    await client.close()
+
+
+PII_SCRIPT = ["Call me at 010-12", "34-5678 or write to bo", "b@exam", "ple.com. My number is 900101-1",
+              "234567, thanks!"]
+PII_MASKED = "Call me at [PHONE] or write to [EMAIL]. My number is [RRN], thanks!"
+
+
+async def test_pii_is_masked_across_chunk_boundaries(vigil) -> None:
+    server = await vigil(api={**KEYS, **NO_CACHE})
+    scripted = ScriptedLlmForTest(PII_SCRIPT, name=MODEL)
+    server.app[CHAT_API].use_llm_for_test(scripted)
+    client = client_for(server)
+    stream = await client.chat.completions.create(model=MODEL, messages=FRANCE, stream=True)
+    deltas = [c.choices[0].delta.content async for c in stream if c.choices and c.choices[0].delta.content]
+    assert "".join(deltas) == PII_MASKED
+    assert len(deltas) > 2  # still streamed, only the uncertain tail was held back
+    for secret in ("010", "1234", "5678", "bob", "example", "900101", "234567"):
+        assert not any(secret in delta for delta in deltas), secret
+    whole = await client.chat.completions.create(model=MODEL, messages=FRANCE)
+    assert whole.choices[0].message.content == PII_MASKED
+    assert await metric(server, 'vigil_api_content_filter_total{action="masked_phone"}') >= 2
+    await client.close()
+
+
+async def test_blocked_pattern_ends_the_answer(vigil) -> None:
+    server = await vigil(api={**KEYS, **NO_CACHE, "content_filter": {"block_patterns": [r"(?i)launch codes?"]}})
+    scripted = ScriptedLlmForTest(["Sure. The laun", "ch code is 0000", " and more text", " after it."], name=MODEL)
+    server.app[CHAT_API].use_llm_for_test(scripted)
+    client = client_for(server)
+    stream = await client.chat.completions.create(model=MODEL, messages=FRANCE, stream=True)
+    chunks = [c async for c in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Sure. The "
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+        "content_filter"]
+    assert scripted.closed_early == 1  # generation stopped, not drained
+    await client.close()
+
+
+async def test_generations_in_flight_are_bounded(vigil) -> None:
+    server = await vigil(api={**KEYS, **NO_CACHE, "max_in_flight": 1})
+    release = asyncio.Event()
+    scripted = ScriptedLlmForTest(["One", " answer."], name=MODEL, hold=release)
+    server.app[CHAT_API].use_llm_for_test(scripted)
+    client = client_for(server)
+    first = asyncio.create_task(client.chat.completions.create(model=MODEL, messages=FRANCE))
+    await scripted.started.wait()
+    assert server.app[CHAT_API].in_flight == 1
+    with pytest.raises(openai.InternalServerError) as error:
+        await client.chat.completions.create(model=MODEL, messages=FRANCE, stream=True)
+    assert error.value.status_code == 503 and error.value.code == "server_busy"
+    assert int(error.value.response.headers["retry-after"]) >= 1
+    release.set()
+    assert (await first).choices[0].message.content == "One answer."
+    assert server.app[CHAT_API].in_flight == 0
+    await client.close()
+
+
+async def test_long_conversation_is_fitted_to_the_context_window(vigil) -> None:
+    # A large max_tokens leaves a small prompt budget (2048 - 1900), so the model only reads a short prompt; the
+    # stop sequences keep the answer short.
+    server = await vigil(api={**KEYS, **NO_CACHE, "max_output_tokens": 2000, "prompt": {
+        "system_template": "You are terse.{% for doc in documents %}\nDocument: {{ doc }}{% endfor %}"}})
+    client = client_for(server)
+    history: list[dict[str, str]] = []
+    for turn in range(4):
+        history.append({"role": "user", "content": f"Question {turn}: " + "tell me about the weather. " * 20})
+        history.append({"role": "assistant", "content": "It is sunny and warm today. " * 20})
+    history.append({"role": "user", "content": "And tomorrow?"})
+    documents = ["Tomorrow will be rainy.", "word " * 1500]  # the second cannot fit
+    completion = await client.chat.completions.create(model=MODEL, messages=history, max_tokens=1900,
+                                                      stop=[".", "\n"], extra_body={"context_documents": documents})
+    prompt = completion.model_extra["vigil"]["prompt"]
+    assert prompt["dropped_messages"] == 8 and prompt["dropped_documents"] == 1
+    assert prompt["tokens"] <= 2048 - 1900
+    assert completion.usage is not None and completion.usage.prompt_tokens == prompt["tokens"]
+    await client.close()
+
+
+async def test_openai_compatible_upstream_and_one_that_is_down(vigil) -> None:
+    with LlmServer() as upstream:
+        server = await vigil(api={**KEYS, **NO_CACHE},
+                             models={"llm": {"backend": "openai", "base_url": upstream.url}})
+        client = client_for(server)
+        completion = await client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=12, temperature=0)
+        assert completion.choices[0].message.content and completion.usage is not None
+        stream = await client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=12, temperature=0,
+                                                      stream=True)
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        assert text == completion.choices[0].message.content
+        upstream.stop()  # the backend goes down: a clear 503 (the stream's status waits for its first token)
+        for stream_it in (False, True):
+            with pytest.raises(openai.InternalServerError) as error:
+                await client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=12, stream=stream_it)
+            assert error.value.status_code == 503 and error.value.code == "model_unavailable"
+        await client.close()
+
+
+# ---------------------------------------------------------------- Redis: several processes share state
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+def start_vigil_process(config: dict[str, Any], workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    path = workdir / f"vigil-{port}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "YOLO_OFFLINE": "1"}
+    with open(workdir / f"vigil-{port}.log", "wb") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "server.cli", "serve", "--config", str(path), "--port", str(port)],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=2):
+                return proc, url
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError((workdir / f"vigil-{port}.log").read_text()[-3000:]) from None
+            time.sleep(0.2)
+
+
+async def test_redis_mode_processes_share_rate_limit_and_cache(redis_server: RedisServer, tmp_path: Path) -> None:
+    config = {
+        "server": {"host": "127.0.0.1"},
+        "models": {"detector": {"backend": "none"}},
+        "voice": {"enabled": False},
+        "redis": {"url": redis_server.url, "key_prefix": f"vigil-test-{tmp_path.name}:"},
+        "api": {"keys": [{"name": "team", "key": "key-team", "rate_limit": {"requests": 3, "window_s": 60}},
+                         {"name": "cache", "key": "key-cache"}],
+                "cache": {"semantic": False}},
+    }
+    procs = [start_vigil_process(config, tmp_path) for _ in range(2)]
+    try:
+        (_, url_a), (_, url_b) = procs
+        team_a = openai.AsyncOpenAI(base_url=url_a + "/v1", api_key="key-team", max_retries=0)
+        team_b = openai.AsyncOpenAI(base_url=url_b + "/v1", api_key="key-team", max_retries=0)
+        await team_a.models.list()
+        await team_b.models.list()
+        await team_a.models.list()
+        for client in (team_b, team_a):  # the fourth request is refused by whichever process gets it
+            with pytest.raises(openai.RateLimitError) as error:
+                await client.models.list()
+            assert 1 <= int(error.value.response.headers["retry-after"]) <= 60
+
+        cache_a = openai.AsyncOpenAI(base_url=url_a + "/v1", api_key="key-cache", max_retries=0)
+        cache_b = openai.AsyncOpenAI(base_url=url_b + "/v1", api_key="key-cache", max_retries=0)
+        ask = {"model": MODEL, "messages": FRANCE, "max_tokens": 12, "temperature": 0}
+        first = await cache_a.chat.completions.with_raw_response.create(**ask)
+        assert first.headers["x-vigil-cache"] == "miss"
+        second = await cache_b.chat.completions.with_raw_response.create(**ask)
+        assert second.headers["x-vigil-cache"] == "exact"  # answered by B from what A stored
+        assert second.parse().choices[0].message.content == first.parse().choices[0].message.content
+        for client in (team_a, team_b, cache_a, cache_b):
+            await client.close()
+    finally:
+        for proc, _ in procs:
+            proc.terminate()
+        for proc, _ in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
