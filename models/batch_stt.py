@@ -13,6 +13,7 @@ worker thread. Calls are thread-safe (CTranslate2 runs up to ``num_workers`` at 
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -136,7 +137,8 @@ class BatchedWhisper:
                 chunks[-1] = (chunks[-1][0], end)
             else:
                 chunks.append((start, min(end, start + limit)))
-        return [AudioChunk(round(s / SAMPLE_RATE, 3), round(e / SAMPLE_RATE, 3)) for s, e in chunks]
+        return [AudioChunk(math.floor(s / SAMPLE_RATE * 1000) / 1000, math.floor(e / SAMPLE_RATE * 1000) / 1000)
+                for s, e in chunks]
 
     def transcribe_chunks(
         self,
@@ -157,11 +159,13 @@ class BatchedWhisper:
         from faster_whisper import BatchedInferencePipeline
 
         samples = _as_mono_float(audio)
+        duration = samples.size / SAMPLE_RATE
         pipeline = BatchedInferencePipeline(self._model)  # cheap; holds per-call state, so one per call
         segments, info = pipeline.transcribe(
             samples,
             language=language if self.multilingual else "en",
-            clip_timestamps=[{"start": c.start, "end": c.end} for c in chunks],
+            # within the audio: faster-whisper refuses clips that add up to more than the audio's duration
+            clip_timestamps=[{"start": min(c.start, duration), "end": min(c.end, duration)} for c in chunks],
             batch_size=max(1, batch_size),
             beam_size=1,
             temperature=temperature,

@@ -86,6 +86,11 @@ class TranscriptionEngine:
         self._job_executor = ThreadPoolExecutor(job_threads, thread_name_prefix="vigil-batch-stt")
         self._request_executor = ThreadPoolExecutor(1, thread_name_prefix="vigil-request-stt")
 
+    @property
+    def pending_requests(self) -> int:
+        """Direct requests waiting for or running on the request thread."""
+        return self._pending_requests
+
     async def model(self) -> BatchedWhisper:
         """The batch model; the first call loads it (seconds, on the request thread)."""
         async with self._model_lock:
