@@ -169,8 +169,12 @@ class JobQueue:
         audio = await self.engine.job_step(decode_audio_file, Path(job.audio_path), self.max_audio_s)
         plan = await self.store.stored_plan(job.id)
         if not plan:
-            plan = await self.store.set_plan(
+            planned = await self.store.set_plan(
                 job.id, await self.engine.job_step(model.plan, audio, self.engine.max_chunk_s))
+            if planned is None:
+                log.info("job %s was cancelled or deleted; stopping it", job.id)
+                return
+            plan = planned
         pending = await self.store.pending_chunks(job.id)
         if len(pending) < len(plan):
             log.info("job %s resumes: %d of %d chunks already done", job.id, len(plan) - len(pending), len(plan))

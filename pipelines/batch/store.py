@@ -226,10 +226,14 @@ class JobStore:
         """The job's chunk plan as stored (empty if not planned yet)."""
         return await self._call(self._stored_plan, job_id)
 
-    async def set_plan(self, job_id: str, chunks: list[AudioChunk]) -> list[AudioChunk]:
-        """Store the job's chunk plan, unless one is stored already (then that one is kept and returned)."""
-        def run() -> list[AudioChunk]:
+    async def set_plan(self, job_id: str, chunks: list[AudioChunk]) -> list[AudioChunk] | None:
+        """Store the job's chunk plan, unless one is stored already (then that one is kept and returned).
+        None (nothing stored) if the job is no longer running (cancelled or deleted)."""
+        def run() -> list[AudioChunk] | None:
             with _transaction(self.conn):
+                row = self.conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+                if row is None or row["status"] != "running":
+                    return None
                 if existing := self._stored_plan(job_id):
                     return existing
                 self.conn.executemany(
