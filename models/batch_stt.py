@@ -151,7 +151,11 @@ class BatchedWhisper:
     ) -> tuple[list[list[FileSegment]], str]:
         """Decode ``chunks`` of ``audio`` in batches of ``batch_size``: (segments per chunk, language). Blocking.
 
-        Greedy decoding with timestamps; segment times are absolute (seconds from the start of ``audio``).
+        Greedy decoding without timestamp tokens: each chunk gives one segment spanning the chunk (times in
+        seconds from the start of ``audio``). Timestamp mode would give finer segments, but in a batch there is
+        no second pass over what the model leaves out: Whisper often stops at its last timestamp before the end
+        of a long chunk, and those words would be lost (sequential decoding seeks there and decodes again).
+        Shorter chunks (``max_chunk_s`` in :meth:`plan`) give finer segments (subtitle cues).
         """
         self.check_language(language)
         if not chunks:
@@ -169,7 +173,7 @@ class BatchedWhisper:
             batch_size=max(1, batch_size),
             beam_size=1,
             temperature=temperature,
-            without_timestamps=False,
+            without_timestamps=True,
             initial_prompt=initial_prompt,
         )
         per_chunk: list[list[FileSegment]] = [[] for _ in chunks]
