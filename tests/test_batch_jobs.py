@@ -23,6 +23,7 @@ import pytest
 
 from models.batch_stt import AudioChunk, FileSegment
 from pipelines.batch.store import JobRecord, JobStore
+from server.config import ConfigError, load_settings
 from tests.support.rtsp import free_port
 from tests.support.speech_files import spoken, wav_bytes, words
 
@@ -357,3 +358,14 @@ def test_vigil_transcribe_writes_every_file_with_a_progress_bar(tmp_path: Path, 
                           capture_output=True, text=True, timeout=120)
     assert text.returncode == 0 and text.stderr == ""
     assert_heard(text.stdout, ["Coffee tastes better in the morning."])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [({"transcription": {"max_chunk_s": 60}}, "transcription.max_chunk_s"),
+     ({"transcription": {"workers": 0}}, "transcription.workers"),
+     ({"speech": {"max_input_chars": 0}}, "speech.max_input_chars")],
+)
+def test_a_wrong_audio_setting_names_its_key(overrides: dict, key: str):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_settings(None, overrides)
