@@ -27,7 +27,7 @@ from models.batch_stt import BatchedWhisper
 from pipelines.batch.decode import AudioDecodeError
 from pipelines.batch.engine import EngineBusy, TranscriptionEngine
 from pipelines.batch.formats import CONTENT_TYPES, RESPONSE_FORMATS, Transcript, as_json, as_text
-from pipelines.batch.jobs import JobQueue, QueueFull
+from pipelines.batch.jobs import JobQueue, JobStoreInUse, QueueFull
 from pipelines.batch.store import JobRecord
 from pipelines.speech import CONTENT_TYPES as SPEECH_CONTENT_TYPES
 from pipelines.speech import SpeechBusy, SpeechSynthesizer
@@ -105,10 +105,14 @@ class AudioServices:
         return cls(settings, engine, jobs)
 
     async def started_jobs(self) -> JobQueue:
-        """The job queue, opened (and its workers started) on first use."""
+        """The job queue, opened (and its workers started) on first use. Raises Rejected (503) if another
+        process holds its data directory."""
         async with self._jobs_lock:
             if not self.jobs.started:
-                await self.jobs.start()
+                try:
+                    await self.jobs.start()
+                except JobStoreInUse as in_use:
+                    raise Rejected(503, str(in_use), type="server_error", code="job_store_in_use") from None
             return self.jobs
 
     async def speech(self) -> SpeechSynthesizer:
@@ -512,7 +516,10 @@ def setup_audio_api(app: web.Application, settings: Settings) -> None:
     async def resume_jobs(app: web.Application) -> None:
         # Jobs left by the last run (even a killed one) continue now, without waiting for a request.
         if settings.transcription.enabled and JobQueue.exists(settings.transcription.data_dir):
-            await services.started_jobs()
+            try:
+                await services.started_jobs()
+            except Rejected as in_use:  # the server still serves everything else; job requests get this 503
+                log.error("transcription jobs not resumed: %s", in_use.message)
 
     async def close(app: web.Application) -> None:
         await services.close()

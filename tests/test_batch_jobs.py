@@ -288,6 +288,18 @@ async def test_bad_job_submissions(server, http, short_wav: bytes):
     assert not list((Path(server.settings.transcription.data_dir) / "audio").iterdir())  # refused uploads removed
 
 
+async def test_one_server_per_job_directory(vigil, tmp_path: Path, http, short_wav: bytes):
+    # Two servers on one directory would re-queue each other's running jobs: the second is refused.
+    shared = {"data_dir": str(tmp_path / "shared")}
+    first, second = await vigil(transcription=shared), await vigil(transcription=shared)
+    status, job = await submit(http, first.url, short_wav)
+    assert status == 202
+    status, body = await submit(http, second.url, short_wav)
+    assert status == 503 and body["error"]["code"] == "job_store_in_use"
+    assert "transcription.data_dir" in body["error"]["message"]
+    assert (await wait_for(http, first.url, job["id"], ("completed",)))["status"] == "completed"
+
+
 # --- the store's guarantees ---------------------------------------------------------------------------------
 
 

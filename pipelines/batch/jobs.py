@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import secrets
 import shutil
 import time
 from pathlib import Path
+from typing import IO
 
 from pipelines.batch.decode import SAMPLE_RATE, AudioDecodeError, decode_audio_file
 from pipelines.batch.engine import TranscriptionEngine
@@ -25,6 +27,10 @@ from pipelines.batch.store import JobRecord, JobStore
 log = logging.getLogger(__name__)
 
 DB_NAME = "jobs.sqlite3"
+
+
+class JobStoreInUse(Exception):
+    """Another process (or queue) works on this data directory: two would re-queue each other's jobs."""
 
 
 class QueueFull(Exception):
@@ -55,6 +61,7 @@ class JobQueue:
         self.max_audio_s = max_audio_s
         self._wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._lock_file: IO[bytes] | None = None
         self.started = False
 
     @staticmethod
@@ -63,6 +70,8 @@ class JobQueue:
         return (data_dir / DB_NAME).is_file()
 
     async def start(self) -> None:
+        """Open the database, re-queue interrupted jobs, start the workers. Raises JobStoreInUse."""
+        self._lock_file = await asyncio.to_thread(_lock_data_dir, self.data_dir)
         self.audio_dir.mkdir(parents=True, exist_ok=True)
         await self.store.open()
         requeued = await self.store.requeue_running()
@@ -81,6 +90,9 @@ class JobQueue:
         self._tasks = []
         if self.started:
             await self.store.close()
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the lock
+            self._lock_file = None
         self.started = False
 
     # ------------------------------------------------------------------ the API's side
@@ -212,3 +224,17 @@ async def _remove(path: str) -> None:
         with contextlib.suppress(OSError):
             Path(path).unlink()
     await asyncio.to_thread(remove)
+
+
+def _lock_data_dir(data_dir: Path) -> IO[bytes]:
+    """An exclusive advisory lock on ``data_dir`` for as long as the returned file stays open (the kernel drops
+    it when the process dies, so a killed server never leaves a stale lock)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock_file = (data_dir / "lock").open("wb")
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock_file.close()
+        raise JobStoreInUse(f"another Vigil process is using the transcription jobs in {data_dir} "
+                            "(set transcription.data_dir to a directory of its own)") from None
+    return lock_file

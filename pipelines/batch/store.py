@@ -111,7 +111,7 @@ class JobStore:
         if self._conn is not None:
             await self._call(self._conn.close)
             self._conn = None
-        self._executor.shutdown(wait=True)
+        await asyncio.to_thread(self._executor.shutdown, True)
 
     @property
     def conn(self) -> sqlite3.Connection:
