@@ -99,7 +99,8 @@ class AudioServices:
                 return _batch_models[key]
 
         engine = TranscriptionEngine(load_model, job_threads=config.workers, batch_size=config.batch_size,
-                                     max_chunk_s=config.max_chunk_s, max_pending_requests=config.max_pending_requests)
+                                     max_chunk_s=config.max_chunk_s, max_pending_requests=config.max_pending_requests,
+                                     nice=config.nice)
         jobs = JobQueue(config.data_dir, engine, workers=config.workers, max_active_jobs=config.max_active_jobs,
                         max_attempts=config.max_attempts, max_audio_s=config.max_job_audio_s)
         return cls(settings, engine, jobs)

@@ -174,6 +174,7 @@ class TranscriptionSettings(Section):
     max_job_audio_s: float = Field(4 * 3600.0, gt=0, description="Longest audio for a job.")
     max_active_jobs: int = Field(100, ge=1, description="Queued + running jobs; beyond it submissions get 503.")
     max_attempts: int = Field(3, ge=1, description="Starts of one job (restarts included) before it is failed.")
+    nice: int = Field(10, ge=0, le=19, description="Lower CPU priority of the batch threads (live turns first).")
     model_aliases: list[str] = Field(
         default_factory=lambda: ["whisper-1"], description="Model names accepted besides the loaded model's own."
     )

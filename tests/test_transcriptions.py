@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,18 @@ async def test_direct_requests_are_bounded(tmp_path: Path):
     with pytest.raises(EngineBusy):
         await engine.transcribe_file(path, language="en", prompt=None, temperature=0, max_seconds=60)
     assert_heard((await first).text, SENTENCES * 3)
+    engine.close()
+
+
+async def test_batch_threads_run_at_lower_priority():
+    # Live voice turns (normal priority) get the CPU first when a long job is decoding.
+    engine = TranscriptionEngine(BatchedWhisper, nice=7)
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def thread_nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    assert await engine.job_step(thread_nice) == min(19, base + 7)
     engine.close()
 
 

@@ -9,7 +9,10 @@ beyond ``max_pending_requests`` waiting or running, :class:`EngineBusy` is raise
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -75,6 +78,7 @@ class TranscriptionEngine:
         batch_size: int = 8,
         max_chunk_s: float = 30.0,
         max_pending_requests: int = 8,
+        nice: int = 0,
     ) -> None:
         self._load_model = load_model
         self._model: BatchedWhisper | None = None
@@ -83,8 +87,12 @@ class TranscriptionEngine:
         self.max_chunk_s = max_chunk_s
         self.max_pending_requests = max_pending_requests
         self._pending_requests = 0
-        self._job_executor = ThreadPoolExecutor(job_threads, thread_name_prefix="vigil-batch-stt")
-        self._request_executor = ThreadPoolExecutor(1, thread_name_prefix="vigil-request-stt")
+        # Lower CPU priority for all batch threads; the model loads on one of them, so CTranslate2's own threads
+        # inherit it too: on a busy CPU the live voice loop's decodes run first.
+        self._job_executor = ThreadPoolExecutor(job_threads, thread_name_prefix="vigil-batch-stt",
+                                                initializer=_lower_priority, initargs=(nice,))
+        self._request_executor = ThreadPoolExecutor(1, thread_name_prefix="vigil-request-stt",
+                                                    initializer=_lower_priority, initargs=(nice,))
 
     @property
     def pending_requests(self) -> int:
@@ -138,3 +146,10 @@ class TranscriptionEngine:
         # A step already running finishes in its thread; its result is dropped (a job redoes it next start).
         self._job_executor.shutdown(wait=False, cancel_futures=True)
         self._request_executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _lower_priority(nice: int) -> None:
+    """Raise this thread's nice value by ``nice`` (Linux: per thread; threads it starts inherit it)."""
+    if nice > 0 and hasattr(os, "setpriority"):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
