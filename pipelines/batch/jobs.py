@@ -154,22 +154,34 @@ class JobQueue:
 
     async def _work(self) -> None:
         while True:
-            job = await self.store.claim_next(self.max_attempts)
-            if job is None:
-                self._wakeup.clear()
-                job = await self.store.claim_next(self.max_attempts)  # a submit between the claim and the clear
-                if job is None:
-                    await self._wakeup.wait()
-                    continue
             try:
-                await self._run(job)
+                job = await self._next_job()
+                if job is not None:
+                    await self._process(job)
             except asyncio.CancelledError:
-                raise  # the server is stopping: the job stays 'running' and is re-queued at the next start
-            except AudioDecodeError as error:
-                await self._fail(job, f"cannot decode the audio: {error}")
-            except Exception as error:
-                log.exception("transcription job %s failed", job.id)
-                await self._fail(job, f"internal error: {type(error).__name__}: {error}")
+                raise  # the server is stopping: a job in hand stays 'running' and is re-queued at the next start
+            except Exception:  # the database failed (disk full, I/O error): keep the worker alive and retry
+                log.exception("transcription worker cannot use the job queue; retrying")
+                await asyncio.sleep(5.0)
+
+    async def _process(self, job: JobRecord) -> None:
+        try:
+            await self._run(job)
+        except AudioDecodeError as error:
+            await self._fail(job, f"cannot decode the audio: {error}")
+        except Exception as error:
+            log.exception("transcription job %s failed", job.id)
+            await self._fail(job, f"internal error: {type(error).__name__}: {error}")
+
+    async def _next_job(self) -> JobRecord | None:
+        """Claim the oldest queued job, or wait for a submission (then None: look again)."""
+        job = await self.store.claim_next(self.max_attempts)
+        if job is None:
+            self._wakeup.clear()
+            job = await self.store.claim_next(self.max_attempts)  # a submit between the claim and the clear
+            if job is None:
+                await self._wakeup.wait()
+        return job
 
     async def _fail(self, job: JobRecord, message: str) -> None:
         await self.store.finish(job.id, "failed", message)
@@ -190,7 +202,6 @@ class JobQueue:
         pending = await self.store.pending_chunks(job.id)
         if len(pending) < len(plan):
             log.info("job %s resumes: %d of %d chunks already done", job.id, len(plan) - len(pending), len(plan))
-        language = job.detected_language or job.language or "en"
         batch_size = self.engine.batch_size
         for first in range(0, len(pending), batch_size):
             batch = pending[first:first + batch_size]
