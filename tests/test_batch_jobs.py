@@ -231,6 +231,10 @@ async def test_job_lifecycle(server, http, short_wav: bytes):
     async with http.get(base, params={"status": "completed"}) as response:
         listed = await response.json()
     assert [j["id"] for j in listed["data"]] == [job["id"]] and "result" not in listed["data"][0]
+    async with http.get(f"{server.url}/metrics") as response:
+        metrics = await response.text()
+    assert 'vigil_transcription_jobs_total{status="completed"}' in metrics
+    assert 'vigil_transcribed_audio_seconds_total{path="job"}' in metrics
     async with http.delete(f"{base}/{job['id']}") as response:
         assert response.status == 200 and (await response.json())["deleted"] is True
     async with http.get(f"{base}/{job['id']}") as response:

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +24,7 @@ import numpy as np
 from models.batch_stt import BatchedWhisper
 from pipelines.batch.decode import SAMPLE_RATE, decode_audio_file
 from pipelines.batch.formats import Transcript
+from pipelines.batch.telemetry import AUDIO_SECONDS, STEP_SECONDS
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -137,8 +139,12 @@ class TranscriptionEngine:
 
         def run() -> Transcript:
             audio = decode_audio_file(path, max_seconds)
-            return transcribe_audio(model, audio, language=language, prompt=prompt, temperature=temperature,
-                                    batch_size=self.batch_size, max_chunk_s=self.max_chunk_s)
+            started = time.perf_counter()
+            transcript = transcribe_audio(model, audio, language=language, prompt=prompt, temperature=temperature,
+                                          batch_size=self.batch_size, max_chunk_s=self.max_chunk_s)
+            STEP_SECONDS.labels(path="request").observe(time.perf_counter() - started)
+            AUDIO_SECONDS.labels(path="request").inc(transcript.duration)
+            return transcript
 
         return await self._request(run)
 

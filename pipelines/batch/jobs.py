@@ -23,6 +23,7 @@ from pipelines.batch.decode import SAMPLE_RATE, AudioDecodeError, decode_audio_f
 from pipelines.batch.engine import TranscriptionEngine
 from pipelines.batch.formats import Transcript
 from pipelines.batch.store import JobRecord, JobStore
+from pipelines.batch.telemetry import AUDIO_SECONDS, JOBS_FINISHED, STEP_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,7 @@ class JobQueue:
     async def cancel(self, job_id: str) -> JobRecord | None:
         job = await self.store.cancel(job_id)
         if job is not None and job.status == "cancelled":
+            JOBS_FINISHED.labels(status="cancelled").inc()
             await _remove(job.audio_path)
         return job
 
@@ -184,7 +186,8 @@ class JobQueue:
         return job
 
     async def _fail(self, job: JobRecord, message: str) -> None:
-        await self.store.finish(job.id, "failed", message)
+        if await self.store.finish(job.id, "failed", message):
+            JOBS_FINISHED.labels(status="failed").inc()
         await _remove(job.audio_path)
 
     async def _run(self, job: JobRecord) -> None:
@@ -205,14 +208,18 @@ class JobQueue:
         batch_size = self.engine.batch_size
         for first in range(0, len(pending), batch_size):
             batch = pending[first:first + batch_size]
+            step_started = time.perf_counter()
             per_chunk, language = await self.engine.job_step(
                 model.transcribe_chunks, audio, [chunk for _, chunk in batch], job.language, batch_size, job.prompt)
+            STEP_SECONDS.labels(path="job").observe(time.perf_counter() - step_started)
             saved = await self.store.save_chunks(
                 job.id, {index: segments for (index, _), segments in zip(batch, per_chunk, strict=True)}, language)
             if not saved:
                 log.info("job %s was cancelled or deleted; stopping it", job.id)
                 return
         if await self.store.finish(job.id, "completed"):
+            JOBS_FINISHED.labels(status="completed").inc()
+            AUDIO_SECONDS.labels(path="job").inc(job.duration)
             elapsed = time.perf_counter() - started
             log.info("job %s completed: %.1f s of audio in %.1f s", job.id, audio.size / SAMPLE_RATE, elapsed)
             await _remove(job.audio_path)  # the result is in the database; the audio is not needed any more
