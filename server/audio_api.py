@@ -37,7 +37,7 @@ from server.openai_errors import openai_error
 
 log = logging.getLogger(__name__)
 
-MAX_FIELD_BYTES = 64 * 1024  # a form field other than the file (model, prompt, ...)
+MAX_FIELD_BYTES = 64 * 1024  # the form fields other than the file (model, prompt, ...) together
 RETRY_AFTER_S = 5
 TRANSCRIPTION_FIELDS = frozenset({"file", "model", "language", "prompt", "response_format", "temperature",
                                   "timestamp_granularities", "timestamp_granularities[]", "stream"})
@@ -178,6 +178,8 @@ async def _read_upload(request: web.Request, destination: Path, limit: int, allo
                 upload.path = destination
             else:
                 upload.fields.setdefault(name, []).append(await _read_field(part, name))
+                if sum(len(v) for values in upload.fields.values() for v in values) > MAX_FIELD_BYTES:
+                    raise Rejected(400, f"the form fields add up to more than {MAX_FIELD_BYTES} bytes")
     except (ValueError, AssertionError, web.HTTPException) as error:
         # aiohttp reports a malformed multipart body with these
         raise Rejected(400, f"malformed multipart/form-data body: {error}") from None
