@@ -202,7 +202,8 @@ async def test_missing_parts_and_limits(clients, vigil, tmp_path: Path, speech_w
         form = aiohttp.FormData()
         form.add_field("file", speech_wav[:20_000], filename="a.wav")
         form.add_field("model", "whisper-1")
-        form.add_field("prompt", "word " * 14_000)  # 70 kB of form fields
+        form.add_field("prompt", "word " * 8_000)  # 40 kB + 30 kB: each field fits, together they do not
+        form.add_field("language", "e" * 30_000)
         async with http.post(url, data=form) as response:
             assert response.status == 400 and "form fields" in (await response.json())["error"]["message"]
     with pytest.raises(openai.APIStatusError) as too_big:  # ~160 kB > 50 kB
