@@ -108,9 +108,7 @@ class BatchedWhisper:
             return
         if not self.multilingual:
             raise ValueError(f"Whisper {self.name!r} is English-only; language {language!r} is not available")
-        from faster_whisper.tokenizer import _LANGUAGE_CODES
-
-        if language not in _LANGUAGE_CODES:
+        if language not in self._model.supported_languages:
             raise ValueError(f"unknown language code {language!r} (use ISO-639-1, e.g. 'en', 'de', 'ko')")
 
     def plan(self, audio: np.ndarray, max_chunk_s: float = WHISPER_MAX_CHUNK_S) -> list[AudioChunk]:

@@ -132,6 +132,18 @@ async def test_silence_transcribes_to_nothing(clients, server):
     assert result.text == "" and result.segments == [] and result.duration == pytest.approx(2.0)
 
 
+async def test_multilingual_model_detects_the_language(clients, vigil, tmp_path: Path, speech_wav: bytes):
+    server = await vigil(transcription={"data_dir": str(tmp_path), "model_dir": "base"})  # packaged Whisper base
+    api = clients(server, key="any")
+    result = await api.audio.transcriptions.create(model="base", file=("a.wav", speech_wav),
+                                                   response_format="verbose_json")
+    assert result.language == "english"
+    assert_heard(result.text)
+    with pytest.raises(openai.BadRequestError) as error:
+        await api.audio.transcriptions.create(model="base", file=("a.wav", speech_wav), language="xx")
+    assert_openai_error(error.value, 400, "language")
+
+
 # --- auth and bad input ---------------------------------------------------------------------------------------
 
 
