@@ -7,6 +7,7 @@ import logging
 from aiohttp import web
 
 from server.api import ROUTES
+from server.audio_api import setup_audio_api
 from server.auth import auth_middleware
 from server.config import Settings
 from server.engines import build_analyzers
@@ -47,6 +48,7 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Ap
     app.router.add_get("/", _index)
     if settings.server.web_root.is_dir():
         app.router.add_static("/static/", settings.server.web_root)
+    setup_audio_api(app, settings)  # /v1/audio/...: transcriptions, transcription jobs, speech
 
     async def shutdown(app: web.Application) -> None:
         for ws in list(app[WEBSOCKETS]):

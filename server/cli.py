@@ -1,4 +1,4 @@
-"""The ``vigil`` command: serve, config show, analyze, replay."""
+"""The ``vigil`` command: serve, config show, analyze, replay, transcribe."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 from models.packaged import ModelNotAvailable
 from server import __version__
 from server.config import ConfigError, Settings, load_settings
+from server.transcribe_command import add_transcribe_command
 
 
 def _add_config_arg(parser: argparse.ArgumentParser) -> None:
@@ -130,12 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--fps", type=float, help="target analysis FPS for this session")
     replay.add_argument("--seconds", type=float, help="stop after this long")
     replay.set_defaults(run=_replay)
+
+    add_transcribe_command(commands, _add_config_arg)  # vigil transcribe FILE...
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    quiet_by_default = args.command in ("analyze", "replay")  # their stdout/stderr are the product
+    quiet_by_default = args.command in ("analyze", "replay", "transcribe")  # their stdout/stderr are the product
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING if quiet_by_default else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -1,0 +1,207 @@
+"""Speech to text for recorded files: long audio is cut at VAD pauses into chunks of at most ``max_chunk_s``
+seconds, and the chunks are decoded several at a time with faster-whisper's ``BatchedInferencePipeline``.
+
+This is the throughput path (uploads, batch jobs, ``vigil transcribe``); the live voice loop uses
+:class:`models.stt.WhisperStt`. Each process loads its own :class:`BatchedWhisper`, separate from the live
+model, so batch work never queues behind (or ahead of) live voice turns inside CTranslate2.
+
+Chunks are planned first (:meth:`BatchedWhisper.plan`) and decoded afterwards
+(:meth:`BatchedWhisper.transcribe_chunks`), so a caller can decode a few chunks at a time and persist each
+step: a job interrupted half-way resumes at its first undecoded chunk. Every call is BLOCKING: run it on a
+worker thread. Calls are thread-safe (CTranslate2 runs up to ``num_workers`` at once).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from models.packaged import ModelNotAvailable
+from models.stt import SAMPLE_RATE, DeviceNotAvailable, resolve_model_dir
+
+WHISPER_MAX_CHUNK_S = 30.0  # Whisper's window: a longer chunk would be cut off
+
+
+@dataclass(frozen=True, slots=True)
+class AudioChunk:
+    """A contiguous span of the audio (seconds), cut at pauses; silence inside it is kept."""
+
+    start: float
+    end: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class FileSegment:
+    """One decoded segment; times are seconds from the start of the file."""
+
+    start: float
+    end: float
+    text: str
+    tokens: tuple[int, ...]
+    avg_logprob: float
+    no_speech_prob: float
+    compression_ratio: float
+    temperature: float
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tokens"] = list(self.tokens)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FileSegment:
+        return cls(**{**data, "tokens": tuple(data["tokens"])})
+
+
+class BatchedWhisper:
+    """Whisper (CTranslate2) for files: VAD-cut chunks decoded in batches. Load once per process; share.
+
+    ``model_dir``: as for :class:`models.stt.WhisperStt` (None: packaged tiny.en, ``"base"``, or a CT2
+    directory). ``num_workers``: how many calls CTranslate2 runs at once (one per thread that calls in).
+    """
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(
+        self,
+        model_dir: str | None = None,
+        device: str = "cpu",
+        compute_type: str | None = None,
+        cpu_threads: int | None = None,
+        num_workers: int = 1,
+    ) -> None:
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
+        self.name, self.model_dir = resolve_model_dir(model_dir)
+        self.device = device
+        self.compute_type = compute_type or ("float16" if device == "cuda" else "int8")
+        import ctranslate2
+        from faster_whisper import WhisperModel
+
+        if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+            raise DeviceNotAvailable("STT device 'cuda' requested but CTranslate2 finds no CUDA device here")
+        try:
+            self._model = WhisperModel(
+                str(self.model_dir),
+                device=device,
+                compute_type=self.compute_type,
+                cpu_threads=cpu_threads if cpu_threads is not None else min(4, os.cpu_count() or 1),
+                num_workers=max(1, num_workers),
+                local_files_only=True,
+            )
+        except (RuntimeError, ValueError, OSError) as exc:
+            kind = DeviceNotAvailable if device == "cuda" else ModelNotAvailable
+            raise kind(f"cannot load Whisper {self.name!r} from {self.model_dir} on {device}: {exc}") from exc
+        self.multilingual: bool = bool(self._model.model.is_multilingual)
+
+    def check_language(self, language: str | None) -> None:
+        """ValueError if this model cannot transcribe ``language`` (None: detect; multilingual models only)."""
+        if language is None or language == "en":
+            return
+        if not self.multilingual:
+            raise ValueError(f"Whisper {self.name!r} is English-only; language {language!r} is not available")
+        if language not in self._model.supported_languages:
+            raise ValueError(f"unknown language code {language!r} (use ISO-639-1, e.g. 'en', 'de', 'ko')")
+
+    def plan(self, audio: np.ndarray, max_chunk_s: float = WHISPER_MAX_CHUNK_S) -> list[AudioChunk]:
+        """Cut ``audio`` (float32 mono 16 kHz) at VAD pauses into chunks of at most ``max_chunk_s``. Blocking.
+
+        Speech regions come from Silero VAD (faster-whisper's ``get_speech_timestamps``, which also splits a
+        region longer than ``max_chunk_s`` at its quietest point); neighbouring regions are merged while the
+        merged span stays within ``max_chunk_s``. Audio without speech gives no chunks.
+        """
+        from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+        max_chunk_s = min(max_chunk_s, WHISPER_MAX_CHUNK_S)
+        samples = _as_mono_float(audio)
+        if samples.size == 0:
+            return []
+        regions = get_speech_timestamps(
+            samples, VadOptions(max_speech_duration_s=max_chunk_s, min_silence_duration_ms=160)
+        )
+        limit = int(max_chunk_s * SAMPLE_RATE)
+        chunks: list[tuple[int, int]] = []
+        for region in regions:
+            start, end = int(region["start"]), min(int(region["end"]), samples.size)
+            if chunks and end - chunks[-1][0] <= limit:
+                chunks[-1] = (chunks[-1][0], end)
+            else:
+                chunks.append((start, min(end, start + limit)))
+        return [AudioChunk(math.floor(s / SAMPLE_RATE * 1000) / 1000, math.floor(e / SAMPLE_RATE * 1000) / 1000)
+                for s, e in chunks]
+
+    def transcribe_chunks(
+        self,
+        audio: np.ndarray,
+        chunks: list[AudioChunk],
+        language: str | None = "en",
+        batch_size: int = 8,
+        initial_prompt: str | None = None,
+        temperature: float = 0.0,
+    ) -> tuple[list[list[FileSegment]], str]:
+        """Decode ``chunks`` of ``audio`` in batches of ``batch_size``: (segments per chunk, language). Blocking.
+
+        Greedy decoding without timestamp tokens: each chunk gives one segment spanning the chunk (times in
+        seconds from the start of ``audio``). Timestamp mode would give finer segments, but in a batch there is
+        no second pass over what the model leaves out: Whisper often stops at its last timestamp before the end
+        of a long chunk, and those words would be lost (sequential decoding seeks there and decodes again).
+        Shorter chunks (``max_chunk_s`` in :meth:`plan`) give finer segments (subtitle cues).
+        """
+        self.check_language(language)
+        if not chunks:
+            return [], language or "en"
+        from faster_whisper import BatchedInferencePipeline
+
+        samples = _as_mono_float(audio)
+        duration = samples.size / SAMPLE_RATE
+        pipeline = BatchedInferencePipeline(self._model)  # cheap; holds per-call state, so one per call
+        segments, info = pipeline.transcribe(
+            samples,
+            language=language if self.multilingual else "en",
+            # within the audio: faster-whisper refuses clips that add up to more than the audio's duration
+            clip_timestamps=[{"start": min(c.start, duration), "end": min(c.end, duration)} for c in chunks],
+            batch_size=max(1, batch_size),
+            beam_size=1,
+            temperature=temperature,
+            without_timestamps=True,
+            initial_prompt=initial_prompt,
+        )
+        per_chunk: list[list[FileSegment]] = [[] for _ in chunks]
+        starts = [round(c.start * self._model.frames_per_second) for c in chunks]
+        for segment in segments:  # decoding happens while iterating
+            # `seek` is the frame offset of the chunk the segment came from
+            index = _nearest(starts, segment.seek)
+            chunk = chunks[index]
+            start = min(max(float(segment.start), chunk.start), chunk.end)  # Whisper may overshoot the chunk
+            per_chunk[index].append(FileSegment(
+                start=start, end=min(max(float(segment.end), start), chunk.end), text=segment.text.strip(),
+                tokens=tuple(int(t) for t in segment.tokens), avg_logprob=float(segment.avg_logprob),
+                no_speech_prob=float(segment.no_speech_prob), compression_ratio=float(segment.compression_ratio),
+                temperature=float(segment.temperature or 0.0),
+            ))
+        return per_chunk, info.language
+
+    def warm_up(self) -> None:
+        """One tiny decode so the first real request does not pay one-off costs. Blocking."""
+        silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
+        self.transcribe_chunks(silence, [AudioChunk(0.0, 1.0)])
+
+
+def _nearest(values: list[int], target: int) -> int:
+    return min(range(len(values)), key=lambda i: abs(values[i] - target))
+
+
+def _as_mono_float(audio: np.ndarray) -> np.ndarray:
+    if not np.issubdtype(audio.dtype, np.floating):
+        raise TypeError(f"Whisper takes float audio in [-1, 1], got {audio.dtype} (scale int16 by 1/32768)")
+    if audio.ndim != 1:
+        raise ValueError(f"Whisper takes mono 1-D audio at 16 kHz, got shape {audio.shape}")
+    return np.ascontiguousarray(audio, dtype=np.float32)

@@ -1,0 +1,4 @@
+"""Batch transcription: decoding uploads, the persisted job queue (SQLite) and its workers, output formats.
+
+Pure asyncio + sqlite; no HTTP (``server/audio_api.py`` serves it, ``vigil transcribe`` runs it in-process).
+"""

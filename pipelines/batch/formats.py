@@ -1,0 +1,77 @@
+"""A finished transcription in OpenAI's response formats: json, text, verbose_json, srt, vtt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from models.batch_stt import FileSegment
+
+ResponseFormat = Literal["json", "text", "verbose_json", "srt", "vtt"]
+RESPONSE_FORMATS: tuple[str, ...] = ("json", "text", "verbose_json", "srt", "vtt")
+CONTENT_TYPES: dict[str, str] = {
+    "json": "application/json", "verbose_json": "application/json", "text": "text/plain",
+    "srt": "application/x-subrip", "vtt": "text/vtt",
+}
+FILE_EXTENSIONS: dict[str, str] = {"json": "json", "verbose_json": "json", "text": "txt", "srt": "srt", "vtt": "vtt"}
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    language: str
+    duration: float  # seconds of audio
+    segments: tuple[FileSegment, ...]
+
+    @property
+    def text(self) -> str:
+        return " ".join(s.text for s in self.segments if s.text).strip()
+
+
+LANGUAGE_NAMES = {"en": "english"}  # OpenAI's verbose_json names the language; others fall back to the code
+
+
+def as_json(transcript: Transcript, response_format: str) -> dict[str, Any] | None:
+    """The JSON body for json / verbose_json; None for the text formats."""
+    if response_format == "json":
+        return {"text": transcript.text}
+    if response_format == "verbose_json":
+        return {
+            "task": "transcribe",
+            "language": LANGUAGE_NAMES.get(transcript.language, transcript.language),
+            "duration": round(transcript.duration, 3),
+            "text": transcript.text,
+            "segments": [
+                {
+                    "id": index, "seek": 0, "start": s.start, "end": s.end, "text": s.text,
+                    "tokens": list(s.tokens), "temperature": s.temperature, "avg_logprob": s.avg_logprob,
+                    "compression_ratio": s.compression_ratio, "no_speech_prob": s.no_speech_prob,
+                }
+                for index, s in enumerate(transcript.segments)
+            ],
+        }
+    return None
+
+
+def as_text(transcript: Transcript, response_format: str) -> str:
+    """The body for text / srt / vtt."""
+    cues = [s for s in transcript.segments if s.text]
+    if response_format == "text":
+        return transcript.text + "\n"
+    if response_format == "srt":
+        return "".join(
+            f"{n}\n{_timestamp(s.start, ',')} --> {_timestamp(s.end, ',')}\n{s.text}\n\n"
+            for n, s in enumerate(cues, start=1)
+        )
+    if response_format == "vtt":
+        return "WEBVTT\n\n" + "".join(
+            f"{_timestamp(s.start, '.')} --> {_timestamp(s.end, '.')}\n{s.text}\n\n" for s in cues
+        )
+    raise ValueError(f"{response_format!r} is not a text format")
+
+
+def _timestamp(seconds: float, decimal_marker: str) -> str:
+    millis = max(0, round(seconds * 1000))
+    hours, millis = divmod(millis, 3_600_000)
+    minutes, millis = divmod(millis, 60_000)
+    secs, millis = divmod(millis, 1000)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{decimal_marker}{millis:03d}"

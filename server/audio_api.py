@@ -1,0 +1,531 @@
+"""OpenAI-compatible audio endpoints: ``/v1/audio/transcriptions`` (direct, for short files), asynchronous
+transcription jobs (``/v1/audio/transcriptions/jobs``, persisted, for long or many files) and
+``/v1/audio/speech``. Errors use OpenAI's shape (``server.openai_errors``); auth is the app's Bearer middleware.
+
+The models load on first use (the batch Whisper instance and the TTS voice), apart from the live sessions'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import math
+import secrets
+import tempfile
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+from aiohttp import BodyPartReader, web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from models.batch_stt import BatchedWhisper
+from pipelines.batch.decode import AudioDecodeError
+from pipelines.batch.engine import EngineBusy, TranscriptionEngine
+from pipelines.batch.formats import CONTENT_TYPES, RESPONSE_FORMATS, Transcript, as_json, as_text
+from pipelines.batch.jobs import JobQueue, JobStoreInUse, QueueFull
+from pipelines.batch.store import JobRecord
+from pipelines.speech import CONTENT_TYPES as SPEECH_CONTENT_TYPES
+from pipelines.speech import SpeechBusy, SpeechSynthesizer
+from server.config import Settings
+from server.metrics import HTTP_ERRORS
+from server.openai_errors import openai_error
+
+log = logging.getLogger(__name__)
+
+MAX_FIELD_BYTES = 64 * 1024  # the form fields other than the file (model, prompt, ...) together
+RETRY_AFTER_S = 5
+TRANSCRIPTION_FIELDS = frozenset({"file", "model", "language", "prompt", "response_format", "temperature",
+                                  "timestamp_granularities", "timestamp_granularities[]", "stream"})
+JOB_FIELDS = frozenset({"file", "model", "language", "prompt"})
+
+
+class Rejected(Exception):
+    """A request the client must change (or retry later): answered with an OpenAI-shaped error."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 type: str = "invalid_request_error", retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
+        self.retry_after_s = retry_after_s
+
+
+def _openai_errors(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+    @functools.wraps(handler)
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except Rejected as rejected:
+            HTTP_ERRORS.labels(status=str(rejected.status), code=rejected.code or rejected.type).inc()
+            response = openai_error(rejected.status, rejected.message, type=rejected.type, param=rejected.param,
+                                    code=rejected.code)
+            if rejected.retry_after_s is not None:
+                response.headers["Retry-After"] = str(rejected.retry_after_s)
+            return response
+    return wrapped
+
+
+def _busy(message: str) -> Rejected:
+    return Rejected(503, f"{message}; retry later", type="server_error", code="server_busy",
+                    retry_after_s=RETRY_AFTER_S)
+
+
+# ---------------------------------------------------------------- the app's audio services
+
+
+@dataclass
+class AudioServices:
+    settings: Settings
+    engine: TranscriptionEngine
+    jobs: JobQueue
+    _jobs_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _speech: SpeechSynthesizer | None = None
+    _speech_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AudioServices:
+        config, stt = settings.transcription, settings.models.stt
+
+        def load_model() -> BatchedWhisper:
+            key = (config.model_dir or stt.model_dir, stt.device, stt.compute_type, config.cpu_threads, config.workers)
+            with _batch_models_lock:  # one per process and config: apps in one process (tests) share it
+                if key not in _batch_models:
+                    _batch_models[key] = BatchedWhisper(key[0], device=stt.device, compute_type=stt.compute_type,
+                                                        cpu_threads=config.cpu_threads, num_workers=config.workers + 1)
+                return _batch_models[key]
+
+        engine = TranscriptionEngine(load_model, job_threads=config.workers, batch_size=config.batch_size,
+                                     max_chunk_s=config.max_chunk_s, max_pending_requests=config.max_pending_requests,
+                                     nice=config.nice)
+        jobs = JobQueue(config.data_dir, engine, workers=config.workers, max_active_jobs=config.max_active_jobs,
+                        max_attempts=config.max_attempts, max_audio_s=config.max_job_audio_s)
+        return cls(settings, engine, jobs)
+
+    async def started_jobs(self) -> JobQueue:
+        """The job queue, opened (and its workers started) on first use. Raises Rejected (503) if another
+        process holds its data directory."""
+        async with self._jobs_lock:
+            if not self.jobs.started:
+                try:
+                    await self.jobs.start()
+                except JobStoreInUse as in_use:
+                    raise Rejected(503, str(in_use), type="server_error", code="job_store_in_use") from None
+            return self.jobs
+
+    async def speech(self) -> SpeechSynthesizer:
+        async with self._speech_lock:
+            if self._speech is None:
+                from server.engines import build_tts
+
+                tts = await asyncio.to_thread(build_tts, self.settings)
+                self._speech = SpeechSynthesizer(tts, self.settings.speech.max_pending_requests)
+            return self._speech
+
+    async def close(self) -> None:
+        await self.jobs.close()
+        self.engine.close()
+        if self._speech is not None:
+            self._speech.close()
+
+
+AUDIO = web.AppKey("audio", AudioServices)
+_batch_models: dict[tuple[Any, ...], BatchedWhisper] = {}
+_batch_models_lock = threading.Lock()
+
+
+# ---------------------------------------------------------------- multipart uploads
+
+
+@dataclass
+class Upload:
+    path: Path | None = None
+    filename: str = "audio"
+    size: int = 0
+    fields: dict[str, list[str]] = field(default_factory=dict)
+
+    def one(self, name: str) -> str | None:
+        values = self.fields.get(name)
+        if values and len(values) > 1:
+            raise Rejected(400, f"'{name}' is given {len(values)} times", param=name)
+        return values[0] if values else None
+
+
+async def _read_upload(request: web.Request, destination: Path, limit: int, allowed: frozenset[str]) -> Upload:
+    """Stream a multipart form to disk (the 'file' part) and memory (the other fields), enforcing ``limit``."""
+    if not request.content_type.startswith("multipart/form-data"):
+        raise Rejected(400, "send the audio as multipart/form-data with a 'file' part and a 'model' field")
+    if request.content_length is not None and request.content_length > limit + MAX_FIELD_BYTES:
+        raise Rejected(413, f"the upload is larger than the limit of {limit} bytes", param="file",
+                       code="file_too_large")
+    upload = Upload()
+    try:
+        reader = await request.multipart()
+        async for part in reader:
+            if not isinstance(part, BodyPartReader):
+                raise Rejected(400, "nested multipart bodies are not accepted")
+            name = part.name or ""
+            if name not in allowed:
+                raise Rejected(400, f"unknown parameter '{name}'", param=name, code="unknown_parameter")
+            if name == "file":
+                if upload.path is not None:
+                    raise Rejected(400, "send one 'file' per request", param="file")
+                upload.filename = Path(part.filename or "audio").name[:255] or "audio"
+                upload.size = await _save_part(part, destination, limit)
+                upload.path = destination
+            else:
+                upload.fields.setdefault(name, []).append(await _read_field(part, name))
+                if sum(len(v) for values in upload.fields.values() for v in values) > MAX_FIELD_BYTES:
+                    raise Rejected(400, f"the form fields add up to more than {MAX_FIELD_BYTES} bytes")
+    except (ValueError, AssertionError, web.HTTPException) as error:
+        # aiohttp reports a malformed multipart body with these
+        raise Rejected(400, f"malformed multipart/form-data body: {error}") from None
+    if upload.path is None:
+        raise Rejected(400, "the 'file' part is missing", param="file")
+    return upload
+
+
+async def _save_part(part: BodyPartReader, destination: Path, limit: int) -> int:
+    size = 0
+    pending = bytearray()
+    out: BinaryIO = await asyncio.to_thread(destination.open, "wb")
+    try:
+        while chunk := await part.read_chunk(1 << 16):
+            size += len(chunk)
+            if size > limit:
+                raise Rejected(413, f"the upload is larger than the limit of {limit} bytes", param="file",
+                               code="file_too_large")
+            pending += chunk
+            if len(pending) >= 1 << 20:  # write in big pieces, off the event loop
+                await asyncio.to_thread(out.write, bytes(pending))
+                pending.clear()
+        await asyncio.to_thread(out.write, bytes(pending))
+    finally:
+        await asyncio.to_thread(out.close)
+    if size == 0:
+        raise Rejected(400, "the uploaded file is empty", param="file")
+    return size
+
+
+async def _read_field(part: BodyPartReader, name: str) -> str:
+    data = bytearray()
+    while chunk := await part.read_chunk(8192):
+        data += chunk
+        if len(data) > MAX_FIELD_BYTES:
+            raise Rejected(400, f"'{name}' is longer than {MAX_FIELD_BYTES} bytes", param=name)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Rejected(400, f"'{name}' is not UTF-8 text", param=name) from None
+
+
+class _TemporaryUpload:
+    """A path in the system's temporary directory for a direct request's upload, removed afterwards."""
+
+    def __init__(self) -> None:
+        self.path = Path(tempfile.gettempdir()) / f"vigil-upload-{secrets.token_hex(8)}"
+
+    async def __aenter__(self) -> Path:
+        return self.path
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.path.unlink, True)
+
+
+# ---------------------------------------------------------------- transcription parameters
+
+
+@dataclass(frozen=True)
+class TranscriptionParams:
+    model: str
+    language: str | None
+    prompt: str | None
+    response_format: str
+    temperature: float
+
+
+async def _transcription_params(services: AudioServices, upload: Upload) -> TranscriptionParams:
+    model_name = upload.one("model")
+    if not model_name:
+        raise Rejected(400, "'model' is required (e.g. 'whisper-1')", param="model")
+    try:
+        model = await services.engine.model()
+    except Exception as error:  # a model that cannot load is the server's problem, not the client's
+        log.exception("batch transcription model failed to load")
+        raise Rejected(503, f"the transcription model is not available: {error}", type="server_error",
+                       code="model_unavailable") from None
+    accepted = [*services.settings.transcription.model_aliases, model.name]
+    if model_name not in accepted:
+        raise Rejected(400, f"model '{model_name}' is not served here; use one of {accepted}", param="model",
+                       code="model_not_found")
+    language = upload.one("language") or None
+    try:
+        model.check_language(language)
+    except ValueError as error:
+        raise Rejected(400, str(error), param="language", code="unsupported_language") from None
+    prompt = upload.one("prompt") or None
+    response_format = upload.one("response_format") or "json"
+    if response_format not in RESPONSE_FORMATS:
+        raise Rejected(400, f"response_format must be one of {list(RESPONSE_FORMATS)}, not '{response_format}'",
+                       param="response_format")
+    temperature = 0.0
+    if (raw := upload.one("temperature")) is not None:
+        try:
+            temperature = float(raw)
+        except ValueError:
+            temperature = math.nan
+        if not 0.0 <= temperature <= 1.0:
+            raise Rejected(400, f"temperature must be a number from 0 to 1, not '{raw}'", param="temperature")
+    granularities = upload.fields.get("timestamp_granularities[]", []) + upload.fields.get(
+        "timestamp_granularities", [])
+    if any(g != "segment" for g in granularities):
+        raise Rejected(400, "only 'segment' timestamp granularity is available (no word timestamps)",
+                       param="timestamp_granularities")
+    if (upload.one("stream") or "false").lower() not in ("false", "0"):
+        raise Rejected(400, "streamed transcription is not available; omit 'stream'", param="stream")
+    return TranscriptionParams(model_name, language, prompt, response_format, temperature)
+
+
+def _transcript_response(transcript: Transcript, response_format: str) -> web.Response:
+    body = as_json(transcript, response_format)
+    if body is not None:
+        if response_format == "json":
+            body["usage"] = {"type": "duration", "seconds": math.ceil(transcript.duration)}
+        return web.json_response(body)
+    return web.Response(text=as_text(transcript, response_format), content_type=CONTENT_TYPES[response_format],
+                        charset="utf-8")
+
+
+# ---------------------------------------------------------------- handlers: direct transcription
+
+
+@_openai_errors
+async def create_transcription(request: web.Request) -> web.StreamResponse:
+    services = request.app[AUDIO]
+    config = services.settings.transcription
+    async with _TemporaryUpload() as path:
+        upload = await _read_upload(request, path, config.max_upload_bytes, TRANSCRIPTION_FIELDS)
+        params = await _transcription_params(services, upload)
+        try:
+            transcript = await services.engine.transcribe_file(
+                path, language=params.language, prompt=params.prompt, temperature=params.temperature,
+                max_seconds=config.max_request_audio_s)
+        except AudioDecodeError as error:
+            if "longer than the limit" in str(error):
+                raise Rejected(400, f"{error}; submit it as a job: POST /v1/audio/transcriptions/jobs",
+                               param="file", code="audio_too_long") from None
+            raise Rejected(400, f"the uploaded file is not usable audio: {error}", param="file",
+                           code="invalid_audio") from None
+        except EngineBusy as busy:
+            raise _busy(str(busy)) from None
+    return _transcript_response(transcript, params.response_format)
+
+
+# ---------------------------------------------------------------- handlers: jobs
+
+
+def _job_body(job: JobRecord, transcript: Transcript | None = None) -> dict[str, Any]:
+    total = job.chunks_total
+    fraction = 1.0 if job.status == "completed" else (job.chunks_done / total if total else 0.0)
+    body: dict[str, Any] = {
+        "id": job.id,
+        "object": "transcription.job",
+        "status": job.status,
+        "created_at": int(job.created_at),
+        "started_at": int(job.started_at) if job.started_at else None,
+        "finished_at": int(job.finished_at) if job.finished_at else None,
+        "filename": job.filename,
+        "model": job.model,
+        "language": job.language,
+        "duration": round(job.duration, 3),
+        "attempts": job.attempts,
+        "progress": {"chunks_done": job.chunks_done, "chunks_total": total,
+                     "audio_seconds_done": round(job.audio_seconds_done, 3), "fraction": round(fraction, 4)},
+        "error": {"message": job.error} if job.error else None,
+    }
+    if transcript is not None:
+        body["result"] = as_json(transcript, "verbose_json")
+    return body
+
+
+@_openai_errors
+async def create_transcription_job(request: web.Request) -> web.StreamResponse:
+    services = request.app[AUDIO]
+    config = services.settings.transcription
+    jobs = await services.started_jobs()
+    try:
+        await jobs.check_capacity()  # before taking a possibly large upload
+        path = jobs.upload_path()
+        try:
+            upload = await _read_upload(request, path, config.max_job_upload_bytes, JOB_FIELDS)
+            params = await _transcription_params(services, upload)
+            duration = await services.engine.probe(path, config.max_job_audio_s)
+            job = await jobs.submit(path, filename=upload.filename, duration=duration, model=params.model,
+                                    language=params.language, prompt=params.prompt)
+        finally:
+            await asyncio.to_thread(path.unlink, True)  # moved away when the job was accepted
+    except QueueFull as full:
+        raise _busy(str(full)) from None
+    except EngineBusy as busy:
+        raise _busy(str(busy)) from None
+    except AudioDecodeError as error:
+        raise Rejected(400, f"the uploaded file is not usable audio: {error}", param="file",
+                       code="invalid_audio") from None
+    return web.json_response(_job_body(job), status=202)
+
+
+async def _job_or_404(request: web.Request) -> tuple[JobQueue, JobRecord]:
+    jobs = await request.app[AUDIO].started_jobs()
+    job_id = request.match_info["job_id"]
+    job = await jobs.get(job_id)
+    if job is None:
+        raise Rejected(404, f"no transcription job '{job_id}'", code="job_not_found")
+    return jobs, job
+
+
+@_openai_errors
+async def get_transcription_job(request: web.Request) -> web.StreamResponse:
+    jobs, job = await _job_or_404(request)
+    transcript = await jobs.result(job) if job.status == "completed" else None
+    return web.json_response(_job_body(job, transcript))
+
+
+@_openai_errors
+async def get_transcription_job_result(request: web.Request) -> web.StreamResponse:
+    jobs, job = await _job_or_404(request)
+    response_format = request.query.get("response_format", "json")
+    if response_format not in RESPONSE_FORMATS:
+        raise Rejected(400, f"response_format must be one of {list(RESPONSE_FORMATS)}", param="response_format")
+    if job.status != "completed":
+        raise Rejected(409, f"job '{job.id}' is {job.status}; its result is ready when it is completed",
+                       code="job_not_completed")
+    return _transcript_response(await jobs.result(job), response_format)
+
+
+@_openai_errors
+async def list_transcription_jobs(request: web.Request) -> web.StreamResponse:
+    jobs = await request.app[AUDIO].started_jobs()
+    status = request.query.get("status")
+    if status is not None and status not in ("queued", "running", "completed", "failed", "cancelled"):
+        raise Rejected(400, f"unknown status '{status}'", param="status")
+    try:
+        limit = int(request.query.get("limit", "100"))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 1000:
+        raise Rejected(400, "limit must be an integer from 1 to 1000", param="limit")
+    records = await jobs.list(status, limit)
+    return web.json_response({"object": "list", "data": [_job_body(job) for job in records]})
+
+
+@_openai_errors
+async def cancel_transcription_job(request: web.Request) -> web.StreamResponse:
+    jobs, job = await _job_or_404(request)
+    if not job.active:
+        raise Rejected(409, f"job '{job.id}' is already {job.status}", code="job_not_active")
+    cancelled = await jobs.cancel(job.id)
+    assert cancelled is not None
+    return web.json_response(_job_body(cancelled))
+
+
+@_openai_errors
+async def delete_transcription_job(request: web.Request) -> web.StreamResponse:
+    jobs, job = await _job_or_404(request)
+    await jobs.delete(job.id)
+    return web.json_response({"id": job.id, "object": "transcription.job.deleted", "deleted": True})
+
+
+# ---------------------------------------------------------------- handlers: speech
+
+
+class SpeechRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1)
+    input: str = Field(min_length=1)
+    voice: str | dict[str, Any]
+    instructions: str | None = Field(None, description="Accepted and ignored: the voices here take no direction.")
+    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
+    speed: float = Field(1.0, ge=0.25, le=4.0)
+    stream_format: Literal["audio", "sse"] = "audio"
+
+
+@_openai_errors
+async def create_speech(request: web.Request) -> web.StreamResponse:
+    services = request.app[AUDIO]
+    config = services.settings.speech
+    if request.content_type != "application/json":
+        raise Rejected(400, "send the request as application/json")
+    try:
+        data = json.loads(await request.read())
+    except web.HTTPRequestEntityTooLarge:
+        raise Rejected(413, "request body too large") from None
+    except ValueError as error:
+        raise Rejected(400, f"body is not valid JSON: {error}") from None
+    try:
+        body = SpeechRequest.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        param = ".".join(str(p) for p in first["loc"]) or None
+        raise Rejected(400, f"{param or 'body'}: {first['msg']}", param=param) from None
+    if not body.input.strip():
+        raise Rejected(400, "input has nothing to say (only whitespace)", param="input")
+    if len(body.input) > config.max_input_chars:
+        raise Rejected(400, f"input is longer than {config.max_input_chars} characters", param="input")
+    if body.stream_format == "sse":
+        raise Rejected(400, "stream_format 'sse' is not available; use 'audio'", param="stream_format")
+    try:
+        speech = await services.speech()
+    except Exception as error:
+        log.exception("TTS failed to load")
+        raise Rejected(503, f"the speech model is not available: {error}", type="server_error",
+                       code="model_unavailable") from None
+    models = [*config.model_aliases, speech.tts.name]
+    if body.model not in models:
+        raise Rejected(400, f"model '{body.model}' is not served here; use one of {models}", param="model",
+                       code="model_not_found")
+    voices = [*config.voices, speech.tts.name]
+    if not isinstance(body.voice, str) or body.voice not in voices:
+        raise Rejected(400, f"voice must be one of {voices} (custom voices are not available)", param="voice")
+    try:
+        audio = await speech.speak(body.input, body.response_format, body.speed)
+    except SpeechBusy as busy:
+        raise _busy(str(busy)) from None
+    return web.Response(body=audio, content_type=SPEECH_CONTENT_TYPES[body.response_format])
+
+
+# ---------------------------------------------------------------- wiring
+
+
+def setup_audio_api(app: web.Application, settings: Settings) -> None:
+    """Add the audio routes and their services to ``app`` (models load on first use)."""
+    if not (settings.transcription.enabled or settings.speech.enabled):
+        return
+    services = AudioServices.from_settings(settings)
+    app[AUDIO] = services
+    if settings.transcription.enabled:
+        app.router.add_post("/v1/audio/transcriptions", create_transcription)
+        app.router.add_post("/v1/audio/transcriptions/jobs", create_transcription_job)
+        app.router.add_get("/v1/audio/transcriptions/jobs", list_transcription_jobs)
+        app.router.add_get("/v1/audio/transcriptions/jobs/{job_id}", get_transcription_job)
+        app.router.add_get("/v1/audio/transcriptions/jobs/{job_id}/result", get_transcription_job_result)
+        app.router.add_post("/v1/audio/transcriptions/jobs/{job_id}/cancel", cancel_transcription_job)
+        app.router.add_delete("/v1/audio/transcriptions/jobs/{job_id}", delete_transcription_job)
+    if settings.speech.enabled:
+        app.router.add_post("/v1/audio/speech", create_speech)
+
+    async def resume_jobs(app: web.Application) -> None:
+        # Jobs left by the last run (even a killed one) continue now, without waiting for a request.
+        if settings.transcription.enabled and JobQueue.exists(settings.transcription.data_dir):
+            try:
+                await services.started_jobs()
+            except Rejected as in_use:  # the server still serves everything else; job requests get this 503
+                log.error("transcription jobs not resumed: %s", in_use.message)
+
+    async def close(app: web.Application) -> None:
+        await services.close()
+
+    app.on_startup.append(resume_jobs)
+    app.on_shutdown.append(close)
