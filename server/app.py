@@ -11,6 +11,7 @@ from server.auth import auth_middleware
 from server.config import Settings
 from server.engines import build_analyzers
 from server.errors import ApiError, json_errors
+from server.grpc_api.service import setup_grpc
 from server.ice import restrict_host_addresses
 from server.sessions import Analyzers, SessionRegistry
 from server.sources import SourceManager
@@ -54,6 +55,7 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Ap
         await analyzers.close()
 
     app.on_shutdown.append(shutdown)
+    setup_grpc(app, settings, analyzers)
     return app
 
 
