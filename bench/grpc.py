@@ -3,6 +3,7 @@
 1. StreamPredict through Vigil vs the same request straight to the upstream (llama.cpp's OpenAI-compatible
    server with SmolLM2): time to first token and decode tokens/s, medians over alternating runs (direct, Vigil,
    Vigil, direct, ...) so drift hits both. Goal: Vigil / direct <= 1.05 for TTFT (and for time per token).
+   The upstream runs one thread, leaving a core to Vigil and the client (as a GPU-served upstream would).
 2. Unary Predict requests/s at concurrency 1 and 8 through the router (least-connections) with two upstreams
    vs one. The upstreams are identical single-thread llama.cpp servers (replicas), so two is twice the compute.
 
@@ -126,7 +127,9 @@ def decode_rate(arrivals: list[float]) -> float:
 
 
 async def streaming_overhead(rounds: int, max_tokens: int) -> None:
-    with LlmServer() as upstream:
+    # One llama.cpp thread leaves the other core to Vigil and the client, as an upstream on its own accelerator
+    # would: the ratio then shows the latency Vigil adds, not two processes fighting over two cores.
+    with LlmServer(n_threads=1) as upstream:
         async with VigilProcess([upstream.url]) as stub, aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(force_close=True)) as session:  # as Vigil's client: no keep-alive
             await direct_stream(session, upstream.url, 4, -1)  # warm both paths up

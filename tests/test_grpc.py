@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import re
 import time
 import wave
@@ -309,3 +310,51 @@ async def test_converse_spoken_turn_then_typed_turn(vigil, upstream):
     overlap = _words(heard) & _words(replies[1])
     assert len(overlap) >= min(3, len(_words(replies[1]))), (heard, replies[1])
     assert any(o.HasField("audio") for o in outputs[second:]), "the typed turn was not spoken"
+
+
+async def test_converse_typed_barge_in_limits_and_bad_input(vigil, upstream):
+    server = await start(vigil, upstream, voice={"enabled": True, "max_reply_tokens": 200},
+                         grpc={"max_conversations": 1})
+    outputs: list[pb.ConversationOutput] = []
+    first_audio, second_done = asyncio.Event(), asyncio.Event()
+
+    async def inputs() -> AsyncIterator[pb.ConversationInput]:
+        yield pb.ConversationInput(text="Tell me a long story about a brave knight and a dragon.")
+        await first_audio.wait()
+        yield pb.ConversationInput(text="Stop. What time is it?")  # typed over the playing reply
+        await second_done.wait()
+
+    async def messages(*items: pb.ConversationInput) -> AsyncIterator[pb.ConversationInput]:
+        for item in items:
+            yield item
+
+    async with client(server) as stub:
+        call = stub.Converse(inputs())
+        async with asyncio.timeout(120):
+            async for output in call:
+                outputs.append(output)
+                if output.HasField("started"):  # one conversation at most on this server
+                    code, details = await status_of(_drain(stub.Converse(messages(pb.ConversationInput(text="hi")))))
+                    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "conversation limit" in details
+                if output.HasField("audio"):
+                    first_audio.set()
+                if output.HasField("reply") and output.reply.done and output.reply.turn == 2:
+                    second_done.set()
+        assert await call.code() == grpc.StatusCode.OK
+
+        (barge,) = [o.event for o in outputs if o.HasField("event") and o.event.name == "barge_in"]
+        assert json.loads(barge.data_json)["turn"] == 1
+        assert [o.reply.turn for o in outputs if o.HasField("reply") and o.reply.done] == [2]  # 1 was cut
+        metrics = {o.metrics.turn: o.metrics for o in outputs if o.HasField("metrics")}
+        assert metrics[1].HasField("barge_in_stop_ms") and 2 in metrics
+
+        bad = [
+            (messages(pb.ConversationInput(audio=pb.AudioChunk(data=b"RIFF", encoding="wav"))), "pcm16 audio only"),
+            (messages(pb.ConversationInput(text="hi"), pb.ConversationInput(config=pb.ConversationConfig())),
+             "first message"),
+            (messages(pb.ConversationInput()), "empty ConversationInput"),
+            (messages(pb.ConversationInput(config=pb.ConversationConfig(output_sample_rate=5))), "output_sample_rate"),
+        ]
+        for requests, word in bad:
+            code, details = await status_of(_drain(stub.Converse(requests)))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and word in details, (code, details)

@@ -65,6 +65,7 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
         self._stt: WhisperStt | None = None
         self._stt_executor = ThreadPoolExecutor(1, "grpc-stt")  # one decode at a time; more would only thrash
         self.conversations: set[Conversation] = set()
+        self._conversation_slots = 0
 
     # ------------------------------------------------------------------ models, loaded on first use
 
@@ -234,38 +235,42 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 "the voice loop is disabled on this server (voice.enabled)")
         limit = self.settings.grpc.max_conversations
-        if len(self.conversations) >= limit:
+        if self._conversation_slots >= limit:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"conversation limit reached ({limit})")
-        inputs = aiter(request_iterator)
-        first = await anext(inputs, None)
-        config = pb.ConversationConfig()
-        if first is not None and first.WhichOneof("input") == "config":
-            config, first = first.config, None
-        voice = self.analyzers.audio("grpc")
-        if not isinstance(voice, VoiceLoop):
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this server has no voice loop configured")
+        self._conversation_slots += 1  # taken before the first await, so concurrent calls cannot overshoot
+        conversation: Conversation | None = None
         try:
-            conversation = Conversation(self.settings, voice, config)
-        except BadAudio as error:
-            await voice.close()
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            inputs = aiter(request_iterator)
+            first = await anext(inputs, None)
+            config = pb.ConversationConfig()
+            if first is not None and first.WhichOneof("input") == "config":
+                config, first = first.config, None
+            voice = self.analyzers.audio("grpc")
+            if not isinstance(voice, VoiceLoop):
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this server has no voice loop configured")
+            try:
+                conversation = Conversation(self.settings, voice, config)
+            except BadAudio as error:
+                await voice.close()
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
 
-        async def all_inputs() -> AsyncIterator[pb.ConversationInput]:
-            if first is not None:
-                yield first
-            async for message in inputs:
-                yield message
+            async def all_inputs() -> AsyncIterator[pb.ConversationInput]:
+                if first is not None:
+                    yield first
+                async for message in inputs:
+                    yield message
 
-        self.conversations.add(conversation)
-        try:
+            self.conversations.add(conversation)
             conversation.start(all_inputs())
             async for output in conversation.outputs():
                 if isinstance(output, Abort):
                     await context.abort(output.code, output.message)
                 yield output
         finally:
-            self.conversations.discard(conversation)
-            await conversation.close()
+            self._conversation_slots -= 1
+            if conversation is not None:
+                self.conversations.discard(conversation)
+                await conversation.close()
 
 
 class _TooLong(Exception):
