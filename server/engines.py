@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -72,8 +73,23 @@ def build_llm(settings: Settings) -> LanguageModel:
         if not config.base_url and not config.upstreams:
             raise ModelNotAvailable("models.llm.backend is 'openai' but neither models.llm.base_url nor "
                                     "models.llm.upstreams is set")
-        return build_router(settings)  # per app: it holds HTTP sessions and a health-check task
+        return _shared_router(settings)
     return _shared(("llm", config.model_path), lambda: EmbeddedLlm(config.model_path))
+
+
+_routers: dict[int, RoutedLlm] = {}
+
+
+def _shared_router(settings: Settings) -> RoutedLlm:
+    """One router per Settings object, i.e. per app and event loop (it holds HTTP sessions and a health-check
+    task): the voice loop, the chat API and gRPC share its in-flight counts, latency averages and health state.
+    Closing it is safe for the others: it reopens on next use."""
+    key = id(settings)
+    with _models_lock:
+        if key not in _routers:
+            _routers[key] = build_router(settings)
+            weakref.finalize(settings, _routers.pop, key, None)
+        return _routers[key]
 
 
 def build_router(settings: Settings) -> RoutedLlm:

@@ -8,13 +8,17 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import re
+import socket
+import sys
 import time
 import wave
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import av
 import grpc
 import numpy as np
@@ -28,6 +32,7 @@ from server.grpc_api.service import GRPC_SERVER
 from tests.support.audio import silence, speech
 from tests.support.llm_server import LlmServer
 
+REPO = Path(__file__).resolve().parents[1]
 MODEL = "smollm2-135m-instruct"
 QUESTION = "How many people do you see?"
 FRANCE = "What is the capital of France?"
@@ -65,7 +70,7 @@ def _words(text: str) -> set[str]:
 
 
 def test_generated_stubs_are_current(tmp_path: Path) -> None:
-    committed = Path(__file__).resolve().parents[1] / "server" / "grpc_api"
+    committed = REPO / "server" / "grpc_api"
     for fresh in generate(tmp_path):
         assert fresh.read_text() == (committed / fresh.name).read_text(), (
             f"{fresh.name} is stale: run `python -m server.grpc_api.generate`")
@@ -358,3 +363,30 @@ async def test_converse_typed_barge_in_limits_and_bad_input(vigil, upstream):
         for requests, word in bad:
             code, details = await status_of(_drain(stub.Converse(requests)))
             assert code == grpc.StatusCode.INVALID_ARGUMENT and word in details, (code, details)
+
+
+async def test_vigil_serve_runs_grpc_beside_http(upstream, tmp_path: Path):
+    """The real command line: HTTP and gRPC in one process, the gRPC port from --grpc-port, the LLM from env."""
+    ports = []
+    for _ in range(2):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+    env = {**os.environ, "VIGIL_VOICE__ENABLED": "false", "VIGIL_MODELS__DETECTOR__BACKEND": "none",
+           "VIGIL_MODELS__LLM__BACKEND": "openai", "VIGIL_MODELS__LLM__BASE_URL": upstream.url}
+    log = (tmp_path / "serve.log").open("wb")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "server.cli", "serve", "--port", str(ports[0]), "--grpc-port", str(ports[1]),
+        cwd=REPO, env=env, stdout=log, stderr=log)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{ports[1]}") as channel:
+            await asyncio.wait_for(channel.channel_ready(), 60)
+            answer = await pb_grpc.InferenceServiceStub(channel).Predict(pb.PredictRequest(prompt=FRANCE,
+                                                                                          max_tokens=3))
+            assert answer.usage.completion_tokens == 3
+        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{ports[0]}/healthz") as r:
+            assert r.status == 200
+    finally:
+        proc.terminate()
+        assert await asyncio.wait_for(proc.wait(), 30) == 0, (tmp_path / "serve.log").read_text()[-2000:]
+        log.close()

@@ -292,6 +292,7 @@ async def test_build_llm_builds_the_router_from_config(llama_a, llama_b):
     llm = build_llm(settings)
     try:
         assert isinstance(llm, RoutedLlm) and llm.config.strategy == "least-latency"
+        assert build_llm(settings) is llm  # the voice loop, chat API and gRPC of one app share one router
         assert await ask(llm) and await ask(llm)
         assert {u.name: u.requests for u in llm.upstreams} == {"a": 1, "b": 1}
     finally:
