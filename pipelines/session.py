@@ -356,6 +356,10 @@ class SessionPipeline:
         else:
             await self._audio_queue.put((frame, pts))  # backpressure, never a drop
 
+    async def drain_audio(self) -> None:
+        """Wait until every audio frame fed so far has been processed."""
+        await self._audio_queue.join()
+
     # ------------------------------------------------------------------ workers
 
     async def _analyze(self, sampled: SampledFrame) -> None:

@@ -12,6 +12,7 @@ from server.auth import auth_middleware
 from server.config import Settings
 from server.engines import build_analyzers
 from server.errors import ApiError, json_errors
+from server.grpc_api.service import setup_grpc
 from server.ice import restrict_host_addresses
 from server.openai_api import setup_openai_api
 from server.sessions import Analyzers, SessionRegistry
@@ -58,6 +59,7 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Ap
         await analyzers.close()
 
     app.on_shutdown.append(shutdown)
+    setup_grpc(app, settings, analyzers)
     return app
 
 

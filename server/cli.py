@@ -35,6 +35,8 @@ def _serve(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {"server": server} if server else {}
     if args.media_root is not None:
         overrides["sources"] = {"media_root": args.media_root}
+    if args.grpc_port is not None:
+        overrides["grpc"] = {"port": args.grpc_port}
     settings = _settings(args, overrides)
     run(settings)
     return 0
@@ -107,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--media-root", type=Path, help="directory file sources may read")
+    serve.add_argument("--grpc-port", type=int, help="port of the gRPC InferenceService (grpc.port)")
     serve.set_defaults(run=_serve)
 
     config = commands.add_parser("config", help="configuration")

@@ -134,12 +134,50 @@ class SttModel(Section):
     compute_type: str = "int8"
 
 
+class LlmUpstream(Section):
+    name: str = Field(min_length=1, description="Label in metrics and logs; unique.")
+    base_url: str = Field(min_length=1, description="e.g. http://vllm-0:8000/v1")
+    models: list[str] = Field(
+        default_factory=list, description="Model ids it serves; empty: whatever its GET /v1/models lists."
+    )
+    api_key: SecretStr | None = None
+    cost: float = Field(1.0, ge=0, description="Relative cost; cost-aware routing prefers cheaper among equals.")
+    context_window: int = Field(4096, ge=256)
+
+
+class LlmRouting(Section):
+    strategy: Literal["least-connections", "least-latency", "model-affinity", "cost-aware"] = "least-connections"
+    saturation: int = Field(
+        4, ge=1, description="cost-aware: in-flight requests at which an upstream counts as saturated."
+    )
+    health_interval_s: float = Field(5.0, gt=0, description="Period of GET /v1/models health checks.")
+    health_timeout_s: float = Field(2.0, gt=0)
+    request_timeout_s: float = Field(30.0, gt=0, description="Connecting, and each wait for the next chunk.")
+    latency_alpha: float = Field(0.3, gt=0, le=1, description="Weight of the newest TTFT in its moving average.")
+    max_attempts: int = Field(3, ge=1, description="Upstreams tried for one request that fails before its "
+                              "first token.")
+    affinity_conversations: int = Field(10000, ge=1, description="Conversations model-affinity remembers (LRU).")
+
+
 class LlmModel(Section):
     backend: Literal["embedded", "openai"] = "embedded"
     model_path: str | None = Field(None, description="GGUF file for the embedded backend.")
     base_url: str | None = Field(None, description="OpenAI-compatible upstream, e.g. a vLLM server.")
     model: str = "smollm2-135m-instruct"
     api_key: SecretStr | None = None
+    # openai backend: several upstreams behind one router (models/router.py); a plain base_url is one upstream.
+    upstreams: list[LlmUpstream] = Field(
+        default_factory=list, description="OpenAI-compatible upstreams (e.g. vLLM replicas) the router picks from."
+    )
+    routing: LlmRouting = LlmRouting()
+
+    @field_validator("upstreams")
+    @classmethod
+    def _unique_upstream_names(cls, value: list[LlmUpstream]) -> list[LlmUpstream]:
+        names = [upstream.name for upstream in value]
+        if len(names) != len(set(names)):
+            raise ValueError(f"upstream names must be unique, got {names}")
+        return value
 
 
 class TtsModel(Section):
@@ -196,6 +234,22 @@ class SpeechSettings(Section):
         description="Voice names accepted (all speak with the configured voice), besides the backend's own.",
     )
 
+class GrpcSettings(Section):
+    enabled: bool = Field(True, description="Serve the gRPC InferenceService beside HTTP, in the same process.")
+    host: str = "127.0.0.1"
+    port: int = Field(50051, ge=0, le=65535, description="0: any free port.")
+    max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest message either way.")
+    keepalive_time_s: float = Field(30.0, gt=0, description="Ping an idle connection this often.")
+    keepalive_timeout_s: float = Field(10.0, gt=0, description="Drop a connection whose ping goes unanswered.")
+    max_concurrent_rpcs: int = Field(64, ge=1, description="RPCs served at once; more get RESOURCE_EXHAUSTED.")
+    max_conversations: int = Field(8, ge=1, description="Concurrent Converse streams (each runs a voice loop).")
+    max_audio_s: float = Field(120.0, gt=0, description="Longest StreamInput audio (RESOURCE_EXHAUSTED beyond).")
+    max_tokens_limit: int = Field(4096, ge=1, description="Largest max_tokens a request may ask for.")
+    outbound_queue_messages: int = Field(
+        1000, ge=10, description="Converse messages buffered for a slow client before the call is ended."
+    )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="VIGIL_", env_nested_delimiter="__", extra="forbid", validate_assignment=True
@@ -213,6 +267,7 @@ class Settings(BaseSettings):
     redis: RedisSettings = Field(default_factory=lambda: RedisSettings())
     transcription: TranscriptionSettings = TranscriptionSettings()
     speech: SpeechSettings = SpeechSettings()
+    grpc: GrpcSettings = GrpcSettings()
 
     @field_validator("sources")
     @classmethod

@@ -5,13 +5,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import SecretStr
+
 from models.detectors import load_detector
 from models.embeddings import TextEmbedder
-from models.llm import EmbeddedLlm, LanguageModel, OpenAiLlm
+from models.llm import EmbeddedLlm, LanguageModel
 from models.packaged import ModelNotAvailable
+from models.router import ANY_MODEL, RoutedLlm, RoutingConfig, UpstreamConfig
 from models.stt import WhisperStt
 from models.tts import EspeakTts, PiperTts, TextToSpeech
 from models.vad import SileroVadModel
@@ -67,11 +71,47 @@ def build_batcher(settings: Settings) -> InferenceBatcher:
 def build_llm(settings: Settings) -> LanguageModel:
     config = settings.models.llm
     if config.backend == "openai":
-        if not config.base_url:
-            raise ModelNotAvailable("models.llm.backend is 'openai' but models.llm.base_url is not set")
-        api_key = config.api_key.get_secret_value() if config.api_key else None
-        return OpenAiLlm(config.base_url, config.model, api_key=api_key)  # per app: it holds an HTTP session
+        if not config.base_url and not config.upstreams:
+            raise ModelNotAvailable("models.llm.backend is 'openai' but neither models.llm.base_url nor "
+                                    "models.llm.upstreams is set")
+        return _shared_router(settings)
     return _shared(("llm", config.model_path), lambda: EmbeddedLlm(config.model_path))
+
+
+_routers: dict[int, RoutedLlm] = {}
+
+
+def _shared_router(settings: Settings) -> RoutedLlm:
+    """One router per Settings object, i.e. per app and event loop (it holds HTTP sessions and a health-check
+    task): the voice loop, the chat API and gRPC share its in-flight counts, latency averages and health state.
+    Closing it is safe for the others: it reopens on next use."""
+    key = id(settings)
+    with _models_lock:
+        if key not in _routers:
+            _routers[key] = build_router(settings)
+            weakref.finalize(settings, _routers.pop, key, None)
+        return _routers[key]
+
+
+def build_router(settings: Settings) -> RoutedLlm:
+    """The openai backend: every configured upstream behind one router; a plain base_url is one upstream that
+    serves any model name (as before routing existed)."""
+    config = settings.models.llm
+
+    def secret(value: SecretStr | None) -> str | None:
+        return value.get_secret_value() if value else None
+
+    upstreams = [UpstreamConfig(u.name, u.base_url, tuple(u.models), secret(u.api_key), u.cost, u.context_window)
+                 for u in config.upstreams]
+    if config.base_url:
+        upstreams.insert(0, UpstreamConfig("default", config.base_url, (ANY_MODEL,), secret(config.api_key)))
+    return RoutedLlm(upstreams, config.model, RoutingConfig(**config.routing.model_dump()))
+
+
+def build_stt(settings: Settings) -> WhisperStt:
+    stt = settings.models.stt
+    return _shared(("stt", stt.model_dir, stt.device, stt.compute_type),
+                   lambda: WhisperStt(stt.model_dir, device=stt.device, compute_type=stt.compute_type))
 
 
 def build_tts(settings: Settings) -> TextToSpeech:

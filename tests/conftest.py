@@ -63,6 +63,7 @@ async def vigil(clip_dir: Path) -> AsyncIterator[Callable[..., Any]]:
             "sessions": {"metrics_interval_s": 0.5},
             "models": {"detector": {"backend": "none"}},  # tests that need a detector ask for one
             "voice": {"enabled": False},  # ... and the voice loop
+            "grpc": {"port": 0},  # any free port: tests may run several servers at once
         }
         for section, values in overrides.items():
             if section == "models":

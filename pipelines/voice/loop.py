@@ -180,6 +180,27 @@ class VoiceLoop:
                 task.cancel()
         self.output_track.stop()
 
+    async def say_text(self, text: str) -> None:
+        """A typed user turn (gRPC Converse): no VAD or STT, otherwise answered like a spoken turn. It interrupts
+        a reply still playing, as speaking over it would."""
+        if self._reply_active():
+            await self._barge_in()
+            for _ in range(50):  # until the cut turn is reported (the track's next frame), so it keeps its metrics
+                if self._barge_in_at is None:
+                    break
+                await asyncio.sleep(0.02)
+        self._cancel_speculation()
+        self._turn_count += 1
+        turn = _Turn(self._turn_count, end_of_speech=time.perf_counter())
+        self._send(Transcript, turn=turn.number, text=text, final=True)
+        self._replying = turn
+        self._reply_task = asyncio.create_task(self._reply(turn, text, None), name="voice:reply")
+
+    @property
+    def idle(self) -> bool:
+        """No user turn in progress and no reply being generated or played."""
+        return self._turn is None and not self._reply_active()
+
     # ------------------------------------------------------------------ per frame
 
     def _gated(self) -> bool:

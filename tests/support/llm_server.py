@@ -32,7 +32,7 @@ import sys, xllamacpp
 from models.llm import llama_server_params
 params = llama_server_params(sys.argv[1], n_ctx=int(sys.argv[2]), n_threads=int(sys.argv[3]))
 params.hostnames = ["127.0.0.1"]
-params.port = 0
+params.port = int(sys.argv[4])
 server = xllamacpp.Server(params)
 print(server.listening_address, flush=True)
 sys.stdin.read()
@@ -41,23 +41,26 @@ sys.stdin.read()
 
 class LlmServer:
     def __init__(
-        self, model_path: str | None = None, *, n_ctx: int = 2048, n_threads: int = 2, ready_timeout: float = 60.0
+        self, model_path: str | None = None, *, n_ctx: int = 2048, n_threads: int = 2, ready_timeout: float = 60.0,
+        port: int = 0,
     ) -> None:
         self.model_path = model_path or str(smollm2_path())
         self.n_ctx, self.n_threads, self.ready_timeout = n_ctx, n_threads, ready_timeout
         self.url = ""  # "http://127.0.0.1:PORT", set by start()
         self.model = Path(self.model_path).name  # llama.cpp serves any model name; this is its own alias
+        self.port = port  # 0: the OS picks one; a restarted server keeps the port it got first
         self._proc: subprocess.Popen[str] | None = None
         self._log: IO[str] | None = None
 
     def start(self) -> Self:
         self._log = tempfile.TemporaryFile("w+")
-        args = [sys.executable, "-c", _CHILD, self.model_path, str(self.n_ctx), str(self.n_threads)]
+        args = [sys.executable, "-c", _CHILD, self.model_path, str(self.n_ctx), str(self.n_threads), str(self.port)]
         self._proc = subprocess.Popen(
             args, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True
         )
         deadline = time.monotonic() + self.ready_timeout
         self.url = self._read_address(deadline)
+        self.port = int(self.url.rsplit(":", 1)[1])
         while True:  # the child prints after loading, but wait for the HTTP side like a real client would
             try:
                 self.get_json("/v1/models")

@@ -1,0 +1,375 @@
+"""The gRPC InferenceService, served by a ``grpc.aio`` server in the HTTP server's process and event loop.
+
+Predict / StreamPredict use the configured LLM (for the openai backend: the router over its upstreams),
+StreamInput the Whisper model, Converse the voice loop. Auth: the HTTP token, as ``authorization: Bearer <token>``
+metadata. Errors are statuses with a message: INVALID_ARGUMENT (malformed request or audio), UNAUTHENTICATED,
+RESOURCE_EXHAUSTED (too much audio, too many conversations or RPCs, oversized messages: grpc's own check),
+UNAVAILABLE (no LLM upstream can serve the request), FAILED_PRECONDITION (the voice loop is disabled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+import numpy as np
+from aiohttp import web
+
+from models.llm import ChatMessage, LanguageModel, LlmRequest, LlmRequestError, LlmUnavailable, TokenChunk
+from models.stt import WhisperStt
+from pipelines.voice.loop import VoiceLoop
+from server.config import Settings
+from server.engines import build_llm, build_stt
+from server.grpc_api import inference_pb2 as pb
+from server.grpc_api import inference_pb2_grpc as pb_grpc
+from server.grpc_api.audio import BadAudio, PcmDecoder, decode_container, encoding_of
+from server.grpc_api.conversation import Abort, Conversation
+from server.sessions import Analyzers
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOKENS = 128
+ROLES = ("system", "user", "assistant")
+MAX_CONTAINER_BYTES_PER_S = 2 * 48000 * 2  # uncompressed 48 kHz stereo: no real codec needs more
+
+
+class InvalidRequest(ValueError):
+    pass
+
+
+def _ms_since(moment: float) -> int:
+    return round((time.perf_counter() - moment) * 1000.0)
+
+
+def _usage(chunk_usage: Any) -> pb.Usage | None:
+    if chunk_usage is None:
+        return None
+    return pb.Usage(prompt_tokens=chunk_usage.prompt_tokens, completion_tokens=chunk_usage.completion_tokens,
+                    total_tokens=chunk_usage.total_tokens)
+
+
+class InferenceService(pb_grpc.InferenceServiceServicer):
+    def __init__(self, settings: Settings, analyzers: Analyzers) -> None:
+        self.settings = settings
+        self.analyzers = analyzers
+        self._llm: LanguageModel | None = None
+        self._llm_lock = asyncio.Lock()
+        self._stt: WhisperStt | None = None
+        self._stt_executor = ThreadPoolExecutor(1, "grpc-stt")  # one decode at a time; more would only thrash
+        self.conversations: set[Conversation] = set()
+        self._conversation_slots = 0
+
+    # ------------------------------------------------------------------ models, loaded on first use
+
+    async def llm(self) -> LanguageModel:
+        async with self._llm_lock:
+            if self._llm is None:
+                self._llm = await asyncio.to_thread(build_llm, self.settings)
+            return self._llm
+
+    async def stt(self) -> WhisperStt:
+        if self._stt is None:
+            self._stt = await asyncio.to_thread(build_stt, self.settings)
+        return self._stt
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.close() for c in list(self.conversations)), return_exceptions=True)
+        if self._llm is not None and self.settings.models.llm.backend == "openai":  # the embedded one is shared
+            await self._llm.close()
+        self._stt_executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ Predict, StreamPredict
+
+    def _llm_request(self, request: pb.PredictRequest) -> LlmRequest:
+        messages = []
+        for message in request.messages:
+            if message.role not in ROLES:
+                raise InvalidRequest(f"messages: role must be one of {', '.join(ROLES)}, got {message.role!r}")
+            messages.append(ChatMessage(message.role, message.content))  # type: ignore[arg-type]
+        if request.prompt:
+            messages.append(ChatMessage("user", request.prompt))
+        if not messages:
+            raise InvalidRequest("give a prompt or at least one message")
+        limit = self.settings.grpc.max_tokens_limit
+        if not 0 <= request.max_tokens <= limit:
+            raise InvalidRequest(f"max_tokens must be between 1 and {limit} (0: {DEFAULT_MAX_TOKENS}), "
+                                 f"got {request.max_tokens}")
+        temperature = request.temperature if request.HasField("temperature") else 0.0
+        if not (math.isfinite(temperature) and 0 <= temperature <= 2):
+            raise InvalidRequest(f"temperature must be between 0 and 2, got {temperature}")
+        top_p = request.top_p if request.HasField("top_p") else None
+        if top_p is not None and not (math.isfinite(top_p) and 0 < top_p <= 1):
+            raise InvalidRequest(f"top_p must be in (0, 1], got {top_p}")
+        if len(request.stop) > 4:
+            raise InvalidRequest(f"at most 4 stop sequences, got {len(request.stop)}")
+        return LlmRequest(
+            messages, max_tokens=request.max_tokens or DEFAULT_MAX_TOKENS, temperature=temperature,
+            model=request.model_id or None, top_p=top_p, stop=list(request.stop) or None,
+            seed=request.seed if request.HasField("seed") else None, logprobs=request.logprobs,
+            conversation_id=request.conversation_id or None,
+        )
+
+    async def _generate(self, request: pb.PredictRequest, context: grpc.aio.ServicerContext,
+                        ) -> AsyncIterator[TokenChunk]:
+        """The LLM's chunks; bad requests and unavailable backends end the call with a status."""
+        try:
+            llm_request = self._llm_request(request)
+        except InvalidRequest as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        llm = await self.llm()
+        try:
+            async with contextlib.aclosing(llm.generate(llm_request)) as chunks:  # closing aborts upstream
+                async for chunk in chunks:
+                    yield chunk
+        except LlmUnavailable as error:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
+        except LlmRequestError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+
+    async def Predict(self, request: pb.PredictRequest, context: grpc.aio.ServicerContext) -> pb.PredictResponse:
+        received = time.perf_counter()
+        text, finish_reason, usage, first_token_ms = [], "", None, 0
+        async with contextlib.aclosing(self._generate(request, context)) as chunks:
+            async for chunk in chunks:
+                if chunk.text:
+                    first_token_ms = first_token_ms or _ms_since(received)
+                    text.append(chunk.text)
+                finish_reason = chunk.finish_reason or finish_reason
+                usage = chunk.usage or usage
+        return pb.PredictResponse(
+            text="".join(text), finish_reason=finish_reason, usage=_usage(usage),
+            model_id=request.model_id or self.settings.models.llm.model, latency_ms=_ms_since(received),
+            time_to_first_token_ms=first_token_ms,
+        )
+
+    async def StreamPredict(self, request: pb.PredictRequest, context: grpc.aio.ServicerContext,
+                            ) -> AsyncIterator[pb.TokenResponse]:
+        received = time.perf_counter()
+        index, finish_reason, usage = 0, "", None
+        # A client that cancels cancels this coroutine; leaving the aclosing block then aborts the upstream.
+        async with contextlib.aclosing(self._generate(request, context)) as chunks:
+            async for chunk in chunks:
+                if chunk.text:
+                    metadata = pb.TokenMetadata(latency_ms=_ms_since(received))
+                    if chunk.logprob is not None:
+                        metadata.log_probability = chunk.logprob
+                    yield pb.TokenResponse(token=chunk.text, index=index, metadata=metadata)
+                    index += 1
+                finish_reason = chunk.finish_reason or finish_reason
+                usage = chunk.usage or usage
+        yield pb.TokenResponse(index=index, is_finished=True, finish_reason=finish_reason, usage=_usage(usage),
+                               metadata=pb.TokenMetadata(latency_ms=_ms_since(received)))
+
+    # ------------------------------------------------------------------ StreamInput
+
+    async def StreamInput(self, request_iterator: AsyncIterator[pb.AudioChunk],
+                          context: grpc.aio.ServicerContext) -> pb.TranscriptResponse:
+        try:
+            return await self._transcribe_stream(request_iterator)
+        except BadAudio as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except _TooLong as error:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        raise AssertionError("unreachable: abort raises")
+
+    async def _transcribe_stream(self, chunks: AsyncIterator[pb.AudioChunk]) -> pb.TranscriptResponse:
+        max_s = self.settings.grpc.max_audio_s
+        encoding, language = "", "en"
+        pcm: PcmDecoder | None = None
+        samples: list[np.ndarray] = []
+        container = bytearray()
+        async for chunk in chunks:
+            if not encoding:  # the first chunk sets the format
+                encoding, language = encoding_of(chunk.encoding), chunk.language or "en"
+                if encoding == "pcm16":
+                    pcm = PcmDecoder(chunk.sample_rate, chunk.channels or 1)
+            elif chunk.encoding and encoding_of(chunk.encoding) != encoding:
+                raise BadAudio(f"encoding changed from {encoding} to {chunk.encoding} mid-stream")
+            if pcm is not None:
+                if chunk.sample_rate and chunk.sample_rate != pcm.sample_rate:
+                    raise BadAudio(f"sample_rate changed from {pcm.sample_rate} to {chunk.sample_rate} mid-stream")
+                samples.append(pcm.samples_16k(chunk.data))
+                if pcm.seconds > max_s:
+                    raise _TooLong(f"more than grpc.max_audio_s={max_s:g} s of audio")
+            else:
+                container += chunk.data
+                if len(container) > max_s * MAX_CONTAINER_BYTES_PER_S:
+                    raise _TooLong(f"more than {len(container)} bytes of {encoding} audio: longer than "
+                                   f"grpc.max_audio_s={max_s:g} s")
+        end_of_input = time.perf_counter()
+        if not encoding:
+            raise BadAudio("no audio chunks were sent")
+        if pcm is not None:
+            audio = np.concatenate(samples) if samples else np.zeros(0, np.float32)
+        else:
+            audio = await asyncio.to_thread(decode_container, bytes(container), encoding)
+        duration = audio.size / 16000
+        if duration > max_s:
+            raise _TooLong(f"{duration:.1f} s of audio is more than grpc.max_audio_s={max_s:g} s")
+        if audio.size == 0:
+            raise BadAudio("the stream held no audio samples")
+        stt = await self.stt()
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(self._stt_executor, stt.transcribe, audio, language)
+        except ValueError as error:  # e.g. a language the English-only model does not have
+            raise BadAudio(str(error)) from None
+        return pb.TranscriptResponse(
+            text=result.text, language=result.language, duration_s=duration, latency_ms=_ms_since(end_of_input),
+            segments=[pb.TranscriptSegment(start_s=s.start, end_s=s.end, text=s.text) for s in result.segments],
+        )
+
+    # ------------------------------------------------------------------ Converse
+
+    async def Converse(self, request_iterator: AsyncIterator[pb.ConversationInput],
+                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ConversationOutput]:
+        if self.analyzers.audio is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                "the voice loop is disabled on this server (voice.enabled)")
+        limit = self.settings.grpc.max_conversations
+        if self._conversation_slots >= limit:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"conversation limit reached ({limit})")
+        self._conversation_slots += 1  # taken before the first await, so concurrent calls cannot overshoot
+        conversation: Conversation | None = None
+        try:
+            inputs = aiter(request_iterator)
+            first = await anext(inputs, None)
+            config = pb.ConversationConfig()
+            if first is not None and first.WhichOneof("input") == "config":
+                config, first = first.config, None
+            voice = self.analyzers.audio("grpc")
+            if not isinstance(voice, VoiceLoop):
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this server has no voice loop configured")
+            try:
+                conversation = Conversation(self.settings, voice, config)
+            except BadAudio as error:
+                await voice.close()
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+
+            async def all_inputs() -> AsyncIterator[pb.ConversationInput]:
+                if first is not None:
+                    yield first
+                async for message in inputs:
+                    yield message
+
+            self.conversations.add(conversation)
+            conversation.start(all_inputs())
+            async for output in conversation.outputs():
+                if isinstance(output, Abort):
+                    await context.abort(output.code, output.message)
+                yield output
+        finally:
+            self._conversation_slots -= 1
+            if conversation is not None:
+                self.conversations.discard(conversation)
+                await conversation.close()
+
+
+class _TooLong(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------- auth and the server's lifecycle
+
+
+def _rejecting(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
+    async def reject(request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    kinds: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
+        (False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler, (True, True): grpc.stream_stream_rpc_method_handler,
+    }
+    make = kinds[(handler.request_streaming, handler.response_streaming)]
+    return make(reject, request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
+
+
+class TokenAuth(grpc.aio.ServerInterceptor):
+    """The HTTP API's bearer token, as ``authorization: Bearer <token>`` call metadata."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    async def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        header = next((value for key, value in handler_call_details.invocation_metadata or ()
+                       if key == "authorization"), "")
+        if not isinstance(header, str) or not header.lower().startswith("bearer "):
+            return _rejecting(handler, "missing token: send metadata 'authorization: Bearer <token>'")
+        if not hmac.compare_digest(header[7:].strip().encode(), self.token.encode()):
+            return _rejecting(handler, "wrong token")
+        return handler
+
+
+class GrpcServer:
+    """Started and stopped with the aiohttp app (``setup_grpc``); ``port`` is the bound port once started."""
+
+    def __init__(self, settings: Settings, analyzers: Analyzers) -> None:
+        self.settings = settings
+        self.service = InferenceService(settings, analyzers)
+        self.port = 0
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        config = self.settings.grpc
+        token = self.settings.auth.token.get_secret_value() if self.settings.auth.token else None
+        server = grpc.aio.server(
+            interceptors=[TokenAuth(token)] if token else None,
+            maximum_concurrent_rpcs=config.max_concurrent_rpcs,
+            options=[
+                ("grpc.max_send_message_length", config.max_message_bytes),
+                ("grpc.max_receive_message_length", config.max_message_bytes),
+                ("grpc.keepalive_time_ms", int(config.keepalive_time_s * 1000)),
+                ("grpc.keepalive_timeout_ms", int(config.keepalive_timeout_s * 1000)),
+                ("grpc.so_reuseport", 0),  # a port in use is an error, not a silently shared port
+            ],
+        )
+        pb_grpc.add_InferenceServiceServicer_to_server(self.service, server)
+        host = f"[{config.host}]" if ":" in config.host else config.host
+        try:
+            self.port = server.add_insecure_port(f"{host}:{config.port}")
+        except RuntimeError as error:
+            raise RuntimeError(f"gRPC cannot listen on {host}:{config.port} (grpc.host/grpc.port): {error}") from None
+        await server.start()
+        self._server = server
+        log.info("gRPC InferenceService listening on %s:%s", host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(grace=1.0)
+            self._server = None
+        await self.service.close()
+
+
+GRPC_SERVER = web.AppKey("grpc_server", GrpcServer)
+
+
+def setup_grpc(app: web.Application, settings: Settings, analyzers: Analyzers) -> None:
+    """Serve gRPC beside HTTP when ``grpc.enabled``: started on the app's startup, stopped on its shutdown."""
+    if not settings.grpc.enabled:
+        return
+    server = GrpcServer(settings, analyzers)
+    app[GRPC_SERVER] = server
+
+    async def start(app: web.Application) -> None:
+        await server.start()
+
+    async def stop(app: web.Application) -> None:
+        await server.stop()
+
+    app.on_startup.append(start)
+    app.on_shutdown.insert(0, stop)  # before the app closes the models its conversations use
