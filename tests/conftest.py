@@ -23,6 +23,9 @@ from server.state import SESSIONS, SOURCES
 from tests.support.media import make_clip
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
+# Every server a test starts, in-process or as a `vigil serve` child (which inherits this), takes a free gRPC
+# port: the default 50051 would collide between servers running at once.
+os.environ.setdefault("VIGIL_GRPC__PORT", "0")
 
 
 @pytest.fixture(scope="session")
