@@ -20,7 +20,9 @@ from tests.support.llm_server import LlmServer
 from tests.support.media import slideshow
 
 QUESTION = "How many people do you see?"
-VOICE = {"enabled": True, "end_of_turn_silence_ms": 500, "silent_track_s": 3}
+# The scripted microphone sends digital silence between utterances: keep audio_silent out of the way of turns
+# that run long on a loaded machine; the silent-track test sets its own short limit.
+VOICE = {"enabled": True, "end_of_turn_silence_ms": 500, "silent_track_s": 600}
 
 
 NUMBERS = dict(enumerate("zero one two three four five six seven eight nine ten".split()))
@@ -176,14 +178,14 @@ async def test_http_llm_backend_and_a_backend_that_is_down(vigil):
             assert turn["reply"].strip()
             upstream.stop()
             call.mic.say(speech("What color is the sky?"))
-            error = await call.client.next_message("error", 60, where=lambda m: m["code"] != "audio_silent")
+            error = await call.client.next_message("error", 60)
             assert error["code"] == "llm_unavailable" and upstream.url.split("//")[1] in error["message"]
             call.client.send({"v": 1, "type": "ping", "id": "alive"})
             assert (await call.client.next_message("pong", 10))["id"] == "alive"
 
 
 async def test_silent_track_and_overlong_turn_get_clear_errors(vigil):
-    server = await vigil(voice={**VOICE, "max_turn_s": 3.0})
+    server = await vigil(voice={**VOICE, "max_turn_s": 3.0, "silent_track_s": 3})
     async with VoiceCall(server.url) as call:
         silent = await call.client.next_message("error", 20)
         assert silent["code"] == "audio_silent"
