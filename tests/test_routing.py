@@ -244,31 +244,64 @@ async def test_cost_aware_packs_busy_upstreams_before_waking_idle_ones(llama_a, 
         assert count.requests() == {warm: 7, cold: 2}
 
 
-async def test_failover_before_first_token_ejects_and_readmits(llama_b, other):
-    a = await asyncio.to_thread(LlmServer(n_threads=1).start)  # this one gets killed
+class LongGenerationForTest:
+    """Occupies an upstream's only llama.cpp slot with a long streamed answer requested directly (not through
+    the router), so every routed request sent there queues inside llama.cpp without a first token."""
+
+    def __init__(self, server: LlmServer) -> None:
+        self.server = server
+        self.first_token = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        import aiohttp
+
+        body = {"model": MODEL, "stream": True, "max_tokens": 1500, "temperature": 0,
+                "messages": [{"role": "user", "content": "Write a very long story about a dragon."}]}
+        with contextlib.suppress(aiohttp.ClientError):  # it ends when its server is killed
+            async with aiohttp.ClientSession() as session, \
+                    session.post(self.server.url + "/v1/chat/completions", json=body) as response:
+                async for _ in response.content:
+                    self.first_token.set()
+
+    async def __aenter__(self) -> LongGenerationForTest:
+        self.task = asyncio.create_task(self._run())
+        await asyncio.wait_for(self.first_token.wait(), 30)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def test_killing_an_upstream_mid_run_loses_no_request_and_it_is_readmitted(llama_b, other):
+    a = await asyncio.to_thread(LlmServer(n_threads=1).start)  # this one gets SIGKILLed
     try:
-        async with router(a.url, llama_b.url, other.url, health_interval_s=3600) as passive, \
-                router(a.url, llama_b.url, other.url, health_interval_s=0.2) as checked:
-            await checked.start()  # periodic checks from now on
-            reference = await ask(passive)  # a
-            assert await ask(passive) == reference  # b
-            await asyncio.to_thread(a.stop)
-            # The router does not know yet: its next pick is a, which refuses; the request moves to b.
-            answers = [await ask(passive) for _ in range(4)]
-            answers += await asyncio.gather(*(ask(passive) for _ in range(4)))
-            assert answers == [reference] * 8, "a request was lost"
-            stats = {s["name"]: s for s in passive.stats()}
-            assert stats["a"]["errors"] == 1 and not stats["a"]["healthy"] and stats["b"]["requests"] == 9
-            assert "refused" in str(stats["a"]["reason"]).lower() or "connect" in str(stats["a"]["reason"]).lower()
-            # Periodic health checks eject it too, and re-admit it once it is back (same port).
-            await until(lambda: not checked.upstream("a").healthy)
+        async with router(a.url, llama_b.url, other.url, health_interval_s=0.2) as llm:
+            await llm.start()
+            reference = await ask(llm)
+            b_tokens = PredictedTokens(b=llama_b)
+            async with LongGenerationForTest(a):
+                # Six at once: least-connections sends three to a, where they queue behind the long answer.
+                answers = asyncio.gather(*(ask(llm) for _ in range(6)))
+                await until(lambda: a.metrics()["requests_deferred"] == 3 and llm.upstream("a").in_flight == 3)
+                assert not answers.done()
+                await asyncio.to_thread(a.stop, hard=True)  # SIGKILL, with requests in flight
+                assert await answers == [reference] * 6, "a request was lost or answered wrongly"
+            stats = {s["name"]: s for s in llm.stats()}
+            assert stats["a"]["errors"] == 3 and stats["b"]["errors"] == 0
+            assert REGISTRY.get_sample_value("vigil_llm_upstream_errors_total",
+                                             {"upstream": "a", "kind": "before_first_token"}) >= 3
+            # b generated each of the six answers exactly once: none lost, none answered twice.
+            assert b_tokens.requests() == {"b": 6}
+            assert not llm.upstream("a").healthy
+            # It comes back on the same port: the periodic health check re-admits it and it is used again.
             await asyncio.to_thread(a.start)
-            await until(lambda: checked.upstream("a").healthy)
-            before = checked.upstream("a").requests
-            await asyncio.gather(ask(checked), ask(checked))
-            assert checked.upstream("a").requests == before + 1
-            await passive.check_health()  # without periodic checks, only a check re-admits it
-            assert passive.upstream("a").healthy
+            await until(lambda: llm.upstream("a").healthy)
+            a_tokens = PredictedTokens(a=a)
+            assert await asyncio.gather(ask(llm), ask(llm)) == [reference] * 2
+            assert a_tokens.requests() == {"a": 1}
     finally:
         await asyncio.to_thread(a.stop)
 
