@@ -306,13 +306,13 @@ async def test_killing_an_upstream_mid_run_loses_no_request_and_it_is_readmitted
         await asyncio.to_thread(a.stop)
 
 
-async def test_no_healthy_upstream_gives_a_clear_error(llama_a, other):
-    async with router(llama_a.url, "http://127.0.0.1:9", other.url) as llm:
+async def test_no_healthy_upstream_gives_a_clear_error(other):
+    async with router("http://127.0.0.1:9", "http://127.0.0.1:9", other.url) as llm:
         await llm.start()
-        assert not llm.upstream("b").healthy  # nothing listens on port 9
-        llm.upstream("a").set_health(False, "maintenance")
-        with pytest.raises(LlmUnavailable, match=r"no healthy LLM upstream for model .*a \(maintenance\)"):
+        assert not llm.upstream("a").healthy and not llm.upstream("b").healthy  # nothing listens on port 9
+        with pytest.raises(LlmUnavailable, match=r"no healthy LLM upstream for model .*a \(GET .*/v1/models failed"):
             await ask(llm)
+        assert llm.upstream("a").probes == 1  # probed once more before giving up
 
 
 async def test_build_llm_builds_the_router_from_config(llama_a, llama_b):
@@ -342,3 +342,35 @@ async def until(condition, timeout: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(0.05)
+
+
+async def test_an_ejected_upstream_is_probed_when_none_is_eligible():
+    server = await asyncio.to_thread(LlmServer(n_threads=1).start)
+    solo = [UpstreamConfig("solo", server.url, (MODEL,))]
+    # No periodic checks during the test: only the on-demand probe can re-admit the upstream.
+    bounded = RoutedLlm(solo, MODEL, RoutingConfig(health_interval_s=3600, probe_interval_s=3600))
+    prompt = RoutedLlm(solo, MODEL, RoutingConfig(health_interval_s=3600))  # probe_interval_s: default 0.5
+    try:
+        reference = await ask(bounded)
+        assert await ask(prompt) == reference
+        await asyncio.to_thread(server.stop, hard=True)
+        for llm in (bounded, prompt):  # the request that finds it dead ejects it (passive ejection)
+            with pytest.raises(LlmUnavailable, match="failed before its first token"):
+                await ask(llm)
+            assert not llm.upstream("solo").healthy and llm.upstream("solo").probes == 0
+        # Nothing eligible: the ejected upstream is probed first; still down, so a clear UNAVAILABLE.
+        with pytest.raises(LlmUnavailable, match=r"no healthy LLM upstream .*solo \(GET .*/v1/models failed"):
+            await ask(bounded)
+        assert bounded.upstream("solo").probes == 1
+        with pytest.raises(LlmUnavailable, match="no healthy LLM upstream"):
+            await asyncio.gather(ask(bounded), ask(bounded))
+        assert bounded.upstream("solo").probes == 1  # at most one probe per probe_interval_s
+        await asyncio.to_thread(server.start)  # back on the same port
+        assert await ask(prompt) == reference  # probed and re-admitted at once, long before any periodic check
+        assert prompt.upstream("solo").healthy and prompt.upstream("solo").probes == 1
+        with pytest.raises(LlmUnavailable, match="no healthy LLM upstream"):
+            await ask(bounded)  # its next probe is not due yet
+    finally:
+        await bounded.close()
+        await prompt.close()
+        await asyncio.to_thread(server.stop)
