@@ -13,7 +13,6 @@ import re
 import socket
 import sys
 import time
-import wave
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from server.grpc_api.generate import GENERATED, generate
 from server.grpc_api.service import GRPC_SERVER
 from tests.support.audio import silence, speech
 from tests.support.llm_server import LlmServer
+from tests.support.speech_files import wav_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "smollm2-135m-instruct"
@@ -214,16 +214,6 @@ async def test_bad_requests_get_status_codes_and_leave_the_server_serving(vigil,
         assert (await stub.Predict(pb.PredictRequest(prompt=FRANCE, max_tokens=2))).text
 
 
-def _wav(pcm: np.ndarray, rate: int) -> bytes:
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.astype("<i2").tobytes())
-    return out.getvalue()
-
-
 def _ogg_opus(pcm: np.ndarray, rate: int) -> bytes:
     out = io.BytesIO()
     with av.open(out, "w", format="ogg") as container:
@@ -258,7 +248,7 @@ async def test_stream_input_transcribes_pcm_at_any_rate_and_containers(vigil, up
         results = {
             "pcm16 22050 Hz mono": await stub.StreamInput(pcm_chunks(22050, 1)),
             "pcm16 44100 Hz stereo": await stub.StreamInput(pcm_chunks(44100, 2)),
-            "wav 16 kHz": await stub.StreamInput(file_chunks(_wav(speech(QUESTION, 16000), 16000), "wav")),
+            "wav 16 kHz": await stub.StreamInput(file_chunks(wav_bytes(speech(QUESTION, 16000), 16000), "wav")),
             "ogg/opus": await stub.StreamInput(file_chunks(_ogg_opus(speech(QUESTION, 24000), 24000), "opus")),
         }
         for name, result in results.items():
