@@ -374,3 +374,4 @@ async def test_an_ejected_upstream_is_probed_when_none_is_eligible():
         await bounded.close()
         await prompt.close()
         await asyncio.to_thread(server.stop)
+

@@ -197,7 +197,8 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
             if pcm is not None:
                 if chunk.sample_rate and chunk.sample_rate != pcm.sample_rate:
                     raise BadAudio(f"sample_rate changed from {pcm.sample_rate} to {chunk.sample_rate} mid-stream")
-                samples.append(pcm.samples_16k(chunk.data))
+                # resampling a large chunk (up to grpc.max_message_bytes) takes a while: off the event loop
+                samples.append(await asyncio.to_thread(pcm.samples_16k, chunk.data))
                 if pcm.seconds > max_s:
                     raise _TooLong(f"more than grpc.max_audio_s={max_s:g} s of audio")
             else:
