@@ -4,7 +4,9 @@ Per request the router takes the upstreams that are healthy and serve the reques
 strategy rank them, and streams from the first. An upstream that fails *before its first token* (refused, 5xx,
 timed out) is ejected and the request is retried on the next one, so the caller never sees that failure; after
 the first token an error propagates (the caller already has part of an answer). Periodic health checks
-(``GET /v1/models``) eject upstreams that stop answering and re-admit them when they answer again. When none is
+(``GET /v1/models``) eject upstreams that stop answering and re-admit them when they answer again; when no
+upstream is eligible, the ejected ones are probed right away (at most once per ``probe_interval_s`` each), so an
+upstream that came back serves the next request without waiting for the next periodic check. When none is
 eligible the caller gets ``LlmUnavailable`` saying why (no upstream serves the model, or all are down).
 
 Strategies are small classes that rank candidates; all see the same per-upstream state (in-flight requests, a
@@ -30,6 +32,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable
@@ -74,6 +77,7 @@ class RoutingConfig:
     latency_alpha: float = 0.3
     max_attempts: int = 3
     affinity_conversations: int = 10000
+    probe_interval_s: float = 0.5
 
 
 class Upstream:
@@ -94,6 +98,9 @@ class Upstream:
         self.errors = 0
         self.ttft_s: float | None = None  # moving average of time to first token
         self.last_pick = 0  # order of the last pick, for round-robin tie-breaks
+        self.probes = 0  # on-demand health checks while ejected (see RoutedLlm._probe_ejected)
+        self.last_probe = -math.inf  # time.monotonic() of the last one
+        self.probe: asyncio.Task[None] | None = None  # the one in flight, shared by concurrent requests
         HEALTHY.labels(upstream=self.name).set(1)
 
     def serves(self, model: str) -> bool:
@@ -130,7 +137,7 @@ class Upstream:
         return {
             "name": self.name, "base_url": self.config.base_url, "models": sorted(self.models),
             "healthy": self.healthy, "reason": self.reason, "in_flight": self.in_flight,
-            "requests": self.requests, "errors": self.errors,
+            "requests": self.requests, "errors": self.errors, "probes": self.probes,
             "ttft_ms": None if self.ttft_s is None else round(self.ttft_s * 1000.0, 1),
         }
 
@@ -254,13 +261,37 @@ class RoutedLlm:
             except Exception:  # a bug here must not end health checking for good
                 log.exception("LLM upstream health check failed")
 
-    async def check_health(self) -> None:
+    def _health_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(force_close=True),
                 timeout=aiohttp.ClientTimeout(total=self.config.health_timeout_s),
             )
-        await asyncio.gather(*(self._check(u, self._session) for u in self.upstreams))
+        return self._session
+
+    async def check_health(self) -> None:
+        session = self._health_session()
+        await asyncio.gather(*(self._check(u, session) for u in self.upstreams))
+
+    async def _probe_ejected(self, model: str, tried: set[str]) -> None:
+        """Nothing eligible: check the ejected upstreams that serve ``model`` now rather than make the caller
+        wait for (or fail until) the next periodic check; an upstream that came back is re-admitted at once.
+        Each upstream is probed at most once per ``probe_interval_s``; concurrent requests share one probe."""
+        probes: list[asyncio.Task[None]] = []
+        now = time.monotonic()
+        for upstream in self.upstreams:
+            if upstream.healthy or not upstream.serves(model) or upstream.name in tried:
+                continue
+            if upstream.probe is None and now - upstream.last_probe >= self.config.probe_interval_s:
+                upstream.probes += 1
+                upstream.last_probe = now
+                upstream.probe = asyncio.create_task(self._check(upstream, self._health_session()),
+                                                     name=f"llm-router:probe:{upstream.name}")
+                upstream.probe.add_done_callback(lambda _, u=upstream: setattr(u, "probe", None))
+            if upstream.probe is not None:
+                probes.append(upstream.probe)
+        if probes:  # shielded: a cancelled caller must not cancel a probe other requests wait on
+            await asyncio.shield(asyncio.gather(*probes, return_exceptions=True))
 
     async def _check(self, upstream: Upstream, session: aiohttp.ClientSession) -> None:
         base = upstream.config.base_url.rstrip("/")
@@ -285,6 +316,10 @@ class RoutedLlm:
             await asyncio.gather(self._health_task, return_exceptions=True)
             self._health_task = None
         self._started = None
+        probes = [u.probe for u in self.upstreams if u.probe is not None]
+        for probe in probes:
+            probe.cancel()
+        await asyncio.gather(*probes, return_exceptions=True)
         for upstream in self.upstreams:
             await upstream.llm.close()
         if self._session is not None:
@@ -318,6 +353,9 @@ class RoutedLlm:
         failures: list[str] = []
         while len(tried) < self.config.max_attempts:
             candidates = [u for u in self.upstreams if u.healthy and u.serves(model) and u.name not in tried]
+            if not candidates:
+                await self._probe_ejected(model, tried)
+                candidates = [u for u in self.upstreams if u.healthy and u.serves(model) and u.name not in tried]
             if not candidates:
                 break
             upstream = self.strategy.rank(candidates, request)[0]

@@ -157,6 +157,8 @@ class LlmRouting(Section):
     max_attempts: int = Field(3, ge=1, description="Upstreams tried for one request that fails before its "
                               "first token.")
     affinity_conversations: int = Field(10000, ge=1, description="Conversations model-affinity remembers (LRU).")
+    probe_interval_s: float = Field(0.5, gt=0, description="When no upstream is eligible, ejected ones are "
+                                    "health-checked at once, each at most this often.")
 
 
 class LlmModel(Section):

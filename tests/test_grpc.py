@@ -13,7 +13,6 @@ import re
 import socket
 import sys
 import time
-import wave
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import av
 import grpc
 import numpy as np
 import pytest
+from prometheus_client import REGISTRY
 
 from models.stt import WhisperStt
 from server.grpc_api import inference_pb2 as pb
@@ -31,6 +31,7 @@ from server.grpc_api.generate import GENERATED, generate
 from server.grpc_api.service import GRPC_SERVER
 from tests.support.audio import silence, speech
 from tests.support.llm_server import LlmServer
+from tests.support.speech_files import wav_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "smollm2-135m-instruct"
@@ -63,6 +64,11 @@ async def status_of(call: Any) -> tuple[grpc.StatusCode, str]:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await call
     return caught.value.code(), caught.value.details() or ""
+
+
+def calls(method: str, code: str) -> float:
+    """``vigil_grpc_calls_total`` so far (the server runs in this process)."""
+    return REGISTRY.get_sample_value("vigil_grpc_calls_total", {"method": method, "code": code}) or 0.0
 
 
 def _words(text: str) -> set[str]:
@@ -132,10 +138,19 @@ async def test_cancelling_stream_predict_aborts_the_upstream_generation(vigil, u
         generated = after["tokens_predicted_total"] - before["tokens_predicted_total"]
         assert 2 <= generated < 30, generated  # far from the 300 asked for
         assert call.cancelled()
+        await until_true(lambda: calls("StreamPredict", "CANCELLED") >= 1)  # the server sees it a moment later
         assert (await stub.Predict(pb.PredictRequest(prompt=FRANCE, max_tokens=2))).text  # the slot is free
 
 
+async def until_true(condition: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
 async def test_token_in_metadata_is_required(vigil, upstream):
+    unauthenticated = calls("Predict", "UNAUTHENTICATED")
     server = await start(vigil, upstream, auth={"token": "s3cret"})
     async with client(server) as stub:
         request = pb.PredictRequest(prompt=FRANCE, max_tokens=2)
@@ -153,6 +168,7 @@ async def test_token_in_metadata_is_required(vigil, upstream):
         assert code == grpc.StatusCode.UNAUTHENTICATED
         good = [("authorization", "Bearer s3cret")]
         assert (await stub.Predict(request, metadata=good)).text
+    assert calls("Predict", "UNAUTHENTICATED") > unauthenticated  # auth rejections are counted too
 
 
 async def _drain(call: Any) -> None:
@@ -162,6 +178,8 @@ async def _drain(call: Any) -> None:
 
 async def test_bad_requests_get_status_codes_and_leave_the_server_serving(vigil, upstream):
     server = await start(vigil, upstream, grpc={"max_message_bytes": 4096, "max_audio_s": 1.0})
+    counted = ["INVALID_ARGUMENT", "UNAVAILABLE", "OK"]
+    before = {code: calls("Predict", code) for code in counted}
     async with client(server) as stub:
         invalid = [
             (pb.PredictRequest(), "give a prompt"),
@@ -212,16 +230,11 @@ async def test_bad_requests_get_status_codes_and_leave_the_server_serving(vigil,
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "voice" in details
 
         assert (await stub.Predict(pb.PredictRequest(prompt=FRANCE, max_tokens=2))).text
-
-
-def _wav(pcm: np.ndarray, rate: int) -> bytes:
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.astype("<i2").tobytes())
-    return out.getvalue()
+    # every call is counted by the status its client saw
+    assert {code: calls("Predict", code) - before[code] for code in counted} == {
+        "INVALID_ARGUMENT": 5, "UNAVAILABLE": 1, "OK": 1}
+    assert calls("StreamInput", "RESOURCE_EXHAUSTED") >= 1 and calls("Converse", "FAILED_PRECONDITION") >= 1
+    assert REGISTRY.get_sample_value("vigil_grpc_calls_in_flight", {"method": "Predict"}) == 0
 
 
 def _ogg_opus(pcm: np.ndarray, rate: int) -> bytes:
@@ -258,7 +271,7 @@ async def test_stream_input_transcribes_pcm_at_any_rate_and_containers(vigil, up
         results = {
             "pcm16 22050 Hz mono": await stub.StreamInput(pcm_chunks(22050, 1)),
             "pcm16 44100 Hz stereo": await stub.StreamInput(pcm_chunks(44100, 2)),
-            "wav 16 kHz": await stub.StreamInput(file_chunks(_wav(speech(QUESTION, 16000), 16000), "wav")),
+            "wav 16 kHz": await stub.StreamInput(file_chunks(wav_bytes(speech(QUESTION, 16000), 16000), "wav")),
             "ogg/opus": await stub.StreamInput(file_chunks(_ogg_opus(speech(QUESTION, 24000), 24000), "opus")),
         }
         for name, result in results.items():

@@ -244,42 +244,75 @@ async def test_cost_aware_packs_busy_upstreams_before_waking_idle_ones(llama_a, 
         assert count.requests() == {warm: 7, cold: 2}
 
 
-async def test_failover_before_first_token_ejects_and_readmits(llama_b, other):
-    a = await asyncio.to_thread(LlmServer(n_threads=1).start)  # this one gets killed
+class LongGenerationForTest:
+    """Occupies an upstream's only llama.cpp slot with a long streamed answer requested directly (not through
+    the router), so every routed request sent there queues inside llama.cpp without a first token."""
+
+    def __init__(self, server: LlmServer) -> None:
+        self.server = server
+        self.first_token = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        import aiohttp
+
+        body = {"model": MODEL, "stream": True, "max_tokens": 1500, "temperature": 0,
+                "messages": [{"role": "user", "content": "Write a very long story about a dragon."}]}
+        with contextlib.suppress(aiohttp.ClientError):  # it ends when its server is killed
+            async with aiohttp.ClientSession() as session, \
+                    session.post(self.server.url + "/v1/chat/completions", json=body) as response:
+                async for _ in response.content:
+                    self.first_token.set()
+
+    async def __aenter__(self) -> LongGenerationForTest:
+        self.task = asyncio.create_task(self._run())
+        await asyncio.wait_for(self.first_token.wait(), 30)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def test_killing_an_upstream_mid_run_loses_no_request_and_it_is_readmitted(llama_b, other):
+    a = await asyncio.to_thread(LlmServer(n_threads=1).start)  # this one gets SIGKILLed
     try:
-        async with router(a.url, llama_b.url, other.url, health_interval_s=3600) as passive, \
-                router(a.url, llama_b.url, other.url, health_interval_s=0.2) as checked:
-            await checked.start()  # periodic checks from now on
-            reference = await ask(passive)  # a
-            assert await ask(passive) == reference  # b
-            await asyncio.to_thread(a.stop)
-            # The router does not know yet: its next pick is a, which refuses; the request moves to b.
-            answers = [await ask(passive) for _ in range(4)]
-            answers += await asyncio.gather(*(ask(passive) for _ in range(4)))
-            assert answers == [reference] * 8, "a request was lost"
-            stats = {s["name"]: s for s in passive.stats()}
-            assert stats["a"]["errors"] == 1 and not stats["a"]["healthy"] and stats["b"]["requests"] == 9
-            assert "refused" in str(stats["a"]["reason"]).lower() or "connect" in str(stats["a"]["reason"]).lower()
-            # Periodic health checks eject it too, and re-admit it once it is back (same port).
-            await until(lambda: not checked.upstream("a").healthy)
+        async with router(a.url, llama_b.url, other.url, health_interval_s=0.2) as llm:
+            await llm.start()
+            reference = await ask(llm)
+            b_tokens = PredictedTokens(b=llama_b)
+            async with LongGenerationForTest(a):
+                # Six at once: least-connections sends three to a, where they queue behind the long answer.
+                answers = asyncio.gather(*(ask(llm) for _ in range(6)))
+                await until(lambda: a.metrics()["requests_deferred"] == 3 and llm.upstream("a").in_flight == 3)
+                assert not answers.done()
+                await asyncio.to_thread(a.stop, hard=True)  # SIGKILL, with requests in flight
+                assert await answers == [reference] * 6, "a request was lost or answered wrongly"
+            stats = {s["name"]: s for s in llm.stats()}
+            assert stats["a"]["errors"] == 3 and stats["b"]["errors"] == 0
+            assert REGISTRY.get_sample_value("vigil_llm_upstream_errors_total",
+                                             {"upstream": "a", "kind": "before_first_token"}) >= 3
+            # b generated each of the six answers exactly once: none lost, none answered twice.
+            assert b_tokens.requests() == {"b": 6}
+            assert not llm.upstream("a").healthy
+            # It comes back on the same port: the periodic health check re-admits it and it is used again.
             await asyncio.to_thread(a.start)
-            await until(lambda: checked.upstream("a").healthy)
-            before = checked.upstream("a").requests
-            await asyncio.gather(ask(checked), ask(checked))
-            assert checked.upstream("a").requests == before + 1
-            await passive.check_health()  # without periodic checks, only a check re-admits it
-            assert passive.upstream("a").healthy
+            await until(lambda: llm.upstream("a").healthy)
+            a_tokens = PredictedTokens(a=a)
+            assert await asyncio.gather(ask(llm), ask(llm)) == [reference] * 2
+            assert a_tokens.requests() == {"a": 1}
     finally:
         await asyncio.to_thread(a.stop)
 
 
-async def test_no_healthy_upstream_gives_a_clear_error(llama_a, other):
-    async with router(llama_a.url, "http://127.0.0.1:9", other.url) as llm:
+async def test_no_healthy_upstream_gives_a_clear_error(other):
+    async with router("http://127.0.0.1:9", "http://127.0.0.1:9", other.url) as llm:
         await llm.start()
-        assert not llm.upstream("b").healthy  # nothing listens on port 9
-        llm.upstream("a").set_health(False, "maintenance")
-        with pytest.raises(LlmUnavailable, match=r"no healthy LLM upstream for model .*a \(maintenance\)"):
+        assert not llm.upstream("a").healthy and not llm.upstream("b").healthy  # nothing listens on port 9
+        with pytest.raises(LlmUnavailable, match=r"no healthy LLM upstream for model .*a \(GET .*/v1/models failed"):
             await ask(llm)
+        assert llm.upstream("a").probes == 1  # probed once more before giving up
 
 
 async def test_build_llm_builds_the_router_from_config(llama_a, llama_b):
@@ -309,3 +342,36 @@ async def until(condition, timeout: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(0.05)
+
+
+async def test_an_ejected_upstream_is_probed_when_none_is_eligible():
+    server = await asyncio.to_thread(LlmServer(n_threads=1).start)
+    solo = [UpstreamConfig("solo", server.url, (MODEL,))]
+    # No periodic checks during the test: only the on-demand probe can re-admit the upstream.
+    bounded = RoutedLlm(solo, MODEL, RoutingConfig(health_interval_s=3600, probe_interval_s=3600))
+    prompt = RoutedLlm(solo, MODEL, RoutingConfig(health_interval_s=3600))  # probe_interval_s: default 0.5
+    try:
+        reference = await ask(bounded)
+        assert await ask(prompt) == reference
+        await asyncio.to_thread(server.stop, hard=True)
+        for llm in (bounded, prompt):  # the request that finds it dead ejects it (passive ejection)
+            with pytest.raises(LlmUnavailable, match="failed before its first token"):
+                await ask(llm)
+            assert not llm.upstream("solo").healthy and llm.upstream("solo").probes == 0
+        # Nothing eligible: the ejected upstream is probed first; still down, so a clear UNAVAILABLE.
+        with pytest.raises(LlmUnavailable, match=r"no healthy LLM upstream .*solo \(GET .*/v1/models failed"):
+            await ask(bounded)
+        assert bounded.upstream("solo").probes == 1
+        with pytest.raises(LlmUnavailable, match="no healthy LLM upstream"):
+            await asyncio.gather(ask(bounded), ask(bounded))
+        assert bounded.upstream("solo").probes == 1  # at most one probe per probe_interval_s
+        await asyncio.to_thread(server.start)  # back on the same port
+        assert await ask(prompt) == reference  # probed and re-admitted at once, long before any periodic check
+        assert prompt.upstream("solo").healthy and prompt.upstream("solo").probes == 1
+        with pytest.raises(LlmUnavailable, match="no healthy LLM upstream"):
+            await ask(bounded)  # its next probe is not due yet
+    finally:
+        await bounded.close()
+        await prompt.close()
+        await asyncio.to_thread(server.stop)
+

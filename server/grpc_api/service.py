@@ -32,6 +32,7 @@ from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
 from server.grpc_api.audio import BadAudio, PcmDecoder, decode_container, encoding_of
 from server.grpc_api.conversation import Abort, Conversation
+from server.grpc_api.metrics import RpcMetrics
 from server.sessions import Analyzers
 
 log = logging.getLogger(__name__)
@@ -196,7 +197,8 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
             if pcm is not None:
                 if chunk.sample_rate and chunk.sample_rate != pcm.sample_rate:
                     raise BadAudio(f"sample_rate changed from {pcm.sample_rate} to {chunk.sample_rate} mid-stream")
-                samples.append(pcm.samples_16k(chunk.data))
+                # resampling a large chunk (up to grpc.max_message_bytes) takes a while: off the event loop
+                samples.append(await asyncio.to_thread(pcm.samples_16k, chunk.data))
                 if pcm.seconds > max_s:
                     raise _TooLong(f"more than grpc.max_audio_s={max_s:g} s of audio")
             else:
@@ -247,6 +249,7 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
                 config, first = first.config, None
             voice = self.analyzers.audio("grpc")
             if not isinstance(voice, VoiceLoop):
+                await voice.close()
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this server has no voice loop configured")
             try:
                 conversation = Conversation(self.settings, voice, config)
@@ -328,7 +331,7 @@ class GrpcServer:
         config = self.settings.grpc
         token = self.settings.auth.token.get_secret_value() if self.settings.auth.token else None
         server = grpc.aio.server(
-            interceptors=[TokenAuth(token)] if token else None,
+            interceptors=[RpcMetrics(), *([TokenAuth(token)] if token else [])],  # metrics first: sees rejections
             maximum_concurrent_rpcs=config.max_concurrent_rpcs,
             options=[
                 ("grpc.max_send_message_length", config.max_message_bytes),

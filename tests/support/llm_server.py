@@ -103,11 +103,14 @@ class LlmServer:
         with urllib.request.urlopen(self.url + "/metrics", timeout=5) as response:
             return parse_prometheus(response.read().decode())
 
-    def stop(self) -> None:
-        """Kill the server (SIGTERM: no graceful shutdown, like a crashed backend)."""
+    def stop(self, *, hard: bool = False) -> None:
+        """Kill the server (SIGTERM: no graceful shutdown, like a crashed backend; ``hard``: SIGKILL)."""
         proc, self._proc = self._proc, None
         if proc is not None:
-            proc.terminate()
+            if hard:
+                proc.kill()
+            else:
+                proc.terminate()
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:

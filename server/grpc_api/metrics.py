@@ -1,0 +1,94 @@
+"""Prometheus metrics for every gRPC call: calls by method and final status code, calls in flight, duration.
+
+A server interceptor wraps each method's handler, so calls rejected by auth, aborted with a status, cancelled by
+the client or failing with a bug are all counted, by the status the client sees."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from prometheus_client import Counter, Gauge, Histogram
+
+CALLS = Counter("vigil_grpc_calls_total", "gRPC calls by method and final status code.", ["method", "code"])
+IN_FLIGHT = Gauge("vigil_grpc_calls_in_flight", "gRPC calls in progress, by method.", ["method"])
+DURATION = Histogram("vigil_grpc_call_seconds", "gRPC call duration (for streams: the whole stream), by method.",
+                     ["method"], buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+
+
+class _CallRecord:
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.started = time.perf_counter()
+        IN_FLIGHT.labels(method=method).inc()
+
+    def finish(self, context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
+        if isinstance(error, asyncio.CancelledError):
+            code = grpc.StatusCode.CANCELLED
+        elif isinstance(error, grpc.aio.AbortError):
+            code = context.code() or grpc.StatusCode.UNKNOWN  # set by context.abort
+        elif error is not None:
+            code = grpc.StatusCode.UNKNOWN  # what grpc answers for an unhandled exception
+        else:
+            code = context.code() or grpc.StatusCode.OK
+        CALLS.labels(method=self.method, code=code.name).inc()
+        IN_FLIGHT.labels(method=self.method).dec()
+        DURATION.labels(method=self.method).observe(time.perf_counter() - self.started)
+
+
+def _unary(method: str, behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        record, error = _CallRecord(method), None
+        try:
+            return await behavior(request, context)
+        except BaseException as caught:
+            error = caught
+            raise
+        finally:
+            record.finish(context, error)
+
+    return wrapped
+
+
+def _streaming(method: str, behavior: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
+    async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        record, error = _CallRecord(method), None
+        try:
+            responses = behavior(request, context)
+            if hasattr(responses, "__aiter__"):
+                async for response in responses:
+                    yield response
+            else:  # a coroutine that writes with context.write (or only aborts, like the auth rejection)
+                await responses
+        except BaseException as caught:
+            error = caught
+            raise
+        finally:
+            record.finish(context, error)
+
+    return wrapped
+
+
+class RpcMetrics(grpc.aio.ServerInterceptor):
+    """Put it first among the interceptors, so it also sees the calls that later ones (auth) reject."""
+
+    async def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+        options = {"request_deserializer": handler.request_deserializer,
+                   "response_serializer": handler.response_serializer}
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(_unary(method, handler.unary_unary), **options)
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(_unary(method, handler.stream_unary), **options)
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(_streaming(method, handler.unary_stream), **options)
+        return grpc.stream_stream_rpc_method_handler(_streaming(method, handler.stream_stream), **options)
