@@ -13,6 +13,7 @@ worker thread. Calls are thread-safe (CTranslate2 runs up to ``num_workers`` at 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -24,6 +25,10 @@ from models.packaged import ModelNotAvailable
 from models.stt import SAMPLE_RATE, DeviceNotAvailable, resolve_model_dir
 
 WHISPER_MAX_CHUNK_S = 30.0  # Whisper's window: a longer chunk would be cut off
+DEFAULT_MAX_CUE_S = 6.0  # a subtitle cue longer than this is cut at the next word
+CUE_PAUSE_S = 0.5  # a silence this long between two words ends a cue
+SENTENCE_END = (".", "?", "!", "。", "？", "！")
+CLAUSE_END = (",", ";", ":", "、", "，")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +44,18 @@ class AudioChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class TimedWord:
+    """One word as Whisper aligned it (cross-attention); ``word`` keeps its leading space."""
+
+    start: float
+    end: float
+    word: str
+
+
+@dataclass(frozen=True, slots=True)
 class FileSegment:
-    """One decoded segment; times are seconds from the start of the file."""
+    """One decoded segment (a subtitle cue: a few seconds, sentence-ish); times are seconds from the start of
+    the file. ``words``: its words with their times (empty in results stored before words were kept)."""
 
     start: float
     end: float
@@ -50,15 +65,18 @@ class FileSegment:
     no_speech_prob: float
     compression_ratio: float
     temperature: float
+    words: tuple[TimedWord, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["tokens"] = list(self.tokens)
+        data["words"] = [[w.start, w.end, w.word] for w in self.words]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FileSegment:
-        return cls(**{**data, "tokens": tuple(data["tokens"])})
+        words = tuple(TimedWord(float(s), float(e), str(w)) for s, e, w in data.get("words", ()))
+        return cls(**{**data, "tokens": tuple(data["tokens"]), "words": words})
 
 
 class BatchedWhisper:
@@ -146,14 +164,15 @@ class BatchedWhisper:
         batch_size: int = 8,
         initial_prompt: str | None = None,
         temperature: float = 0.0,
+        max_cue_s: float = DEFAULT_MAX_CUE_S,
     ) -> tuple[list[list[FileSegment]], str]:
         """Decode ``chunks`` of ``audio`` in batches of ``batch_size``: (segments per chunk, language). Blocking.
 
-        Greedy decoding without timestamp tokens: each chunk gives one segment spanning the chunk (times in
-        seconds from the start of ``audio``). Timestamp mode would give finer segments, but in a batch there is
-        no second pass over what the model leaves out: Whisper often stops at its last timestamp before the end
-        of a long chunk, and those words would be lost (sequential decoding seeks there and decodes again).
-        Shorter chunks (``max_chunk_s`` in :meth:`plan`) give finer segments (subtitle cues).
+        Greedy decoding without timestamp tokens, with word timestamps (cross-attention alignment): each chunk's
+        text is then cut into cues (:func:`group_into_cues`) at pauses, sentence ends and ``max_cue_s``, so the
+        segments are readable subtitles while every decoded word lands in exactly one of them. Timestamp tokens
+        would also give finer segments, but in a batch there is no second pass over what the model leaves out:
+        Whisper often stops at its last timestamp before the end of a long chunk, and those words would be lost.
         """
         self.check_language(language)
         if not chunks:
@@ -172,6 +191,7 @@ class BatchedWhisper:
             beam_size=1,
             temperature=temperature,
             without_timestamps=True,
+            word_timestamps=True,
             initial_prompt=initial_prompt,
         )
         per_chunk: list[list[FileSegment]] = [[] for _ in chunks]
@@ -180,19 +200,70 @@ class BatchedWhisper:
             # `seek` is the frame offset of the chunk the segment came from
             index = _nearest(starts, segment.seek)
             chunk = chunks[index]
-            start = min(max(float(segment.start), chunk.start), chunk.end)  # Whisper may overshoot the chunk
-            per_chunk[index].append(FileSegment(
-                start=start, end=min(max(float(segment.end), start), chunk.end), text=segment.text.strip(),
-                tokens=tuple(int(t) for t in segment.tokens), avg_logprob=float(segment.avg_logprob),
-                no_speech_prob=float(segment.no_speech_prob), compression_ratio=float(segment.compression_ratio),
-                temperature=float(segment.temperature or 0.0),
-            ))
+            whole = FileSegment(
+                start=_clamp(float(segment.start), chunk), end=_clamp(float(segment.end), chunk),
+                text=segment.text.strip(), tokens=tuple(int(t) for t in segment.tokens),
+                avg_logprob=float(segment.avg_logprob), no_speech_prob=float(segment.no_speech_prob),
+                compression_ratio=float(segment.compression_ratio), temperature=float(segment.temperature or 0.0),
+            )
+            words = _monotonic([TimedWord(_clamp(float(w.start), chunk), _clamp(float(w.end), chunk), w.word)
+                                for w in segment.words or ()])
+            if not words:  # nothing aligned (no speech): keep the segment as it is
+                per_chunk[index].append(whole)
+                continue
+            for cue_words in group_into_cues(words, max_cue_s):
+                text = "".join(w.word for w in cue_words).strip()
+                per_chunk[index].append(dataclasses.replace(
+                    whole, start=cue_words[0].start, end=cue_words[-1].end, text=text, words=tuple(cue_words),
+                    # the cue's own tokens (Whisper's tokenizer), so verbose_json's tokens match its text
+                    tokens=tuple(self._model.hf_tokenizer.encode(" " + text, add_special_tokens=False).ids),
+                ))
         return per_chunk, info.language
 
     def warm_up(self) -> None:
         """One tiny decode so the first real request does not pay one-off costs. Blocking."""
         silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
         self.transcribe_chunks(silence, [AudioChunk(0.0, 1.0)])
+
+
+def group_into_cues(words: list[TimedWord], max_cue_s: float = DEFAULT_MAX_CUE_S) -> list[list[TimedWord]]:
+    """Cut a run of words into subtitle cues, each word in exactly one cue, in order.
+
+    A cue ends after a sentence end (``.?!``), before a pause of ``CUE_PAUSE_S`` or more, after a clause end
+    (``,;:``) once it is half of ``max_cue_s`` long, and before a word that would take it past ``max_cue_s``
+    (a single word longer than that still makes one cue).
+    """
+    cues: list[list[TimedWord]] = []
+    current: list[TimedWord] = []
+    for word in words:
+        if current:
+            previous = current[-1].word.rstrip()
+            if (previous.endswith(SENTENCE_END)
+                    or word.start - current[-1].end >= CUE_PAUSE_S
+                    or word.end - current[0].start > max_cue_s
+                    or (previous.endswith(CLAUSE_END) and current[-1].end - current[0].start >= max_cue_s / 2)):
+                cues.append(current)
+                current = []
+        current.append(word)
+    if current:
+        cues.append(current)
+    return cues
+
+
+def _clamp(seconds: float, chunk: AudioChunk) -> float:
+    return min(max(seconds, chunk.start), chunk.end)  # Whisper may overshoot the chunk
+
+
+def _monotonic(words: list[TimedWord]) -> list[TimedWord]:
+    """Words whose times never go back (alignment can jitter), so cues never overlap."""
+    out: list[TimedWord] = []
+    floor = 0.0
+    for word in words:
+        start = max(word.start, floor)
+        end = max(word.end, start)
+        out.append(TimedWord(start, end, word.word))
+        floor = end
+    return out
 
 
 def _nearest(values: list[int], target: int) -> int:

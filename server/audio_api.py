@@ -99,7 +99,8 @@ class AudioServices:
                 return _batch_models[key]
 
         engine = TranscriptionEngine(load_model, job_threads=config.workers, batch_size=config.batch_size,
-                                     max_chunk_s=config.max_chunk_s, max_pending_requests=config.max_pending_requests,
+                                     max_chunk_s=config.max_chunk_s, max_cue_s=config.max_cue_s,
+                                     max_pending_requests=config.max_pending_requests,
                                      nice=config.nice)
         jobs = JobQueue(config.data_dir, engine, workers=config.workers, max_active_jobs=config.max_active_jobs,
                         max_attempts=config.max_attempts, max_audio_s=config.max_job_audio_s)
@@ -245,6 +246,7 @@ class TranscriptionParams:
     prompt: str | None
     response_format: str
     temperature: float
+    word_timestamps: bool = False
 
 
 async def _transcription_params(services: AudioServices, upload: Upload) -> TranscriptionParams:
@@ -281,16 +283,19 @@ async def _transcription_params(services: AudioServices, upload: Upload) -> Tran
             raise Rejected(400, f"temperature must be a number from 0 to 1, not '{raw}'", param="temperature")
     granularities = upload.fields.get("timestamp_granularities[]", []) + upload.fields.get(
         "timestamp_granularities", [])
-    if any(g != "segment" for g in granularities):
-        raise Rejected(400, "only 'segment' timestamp granularity is available (no word timestamps)",
+    if any(g not in ("segment", "word") for g in granularities):
+        raise Rejected(400, f"timestamp_granularities takes 'segment' and 'word', not {granularities}",
+                       param="timestamp_granularities")
+    if granularities and response_format != "verbose_json":
+        raise Rejected(400, "timestamp_granularities needs response_format 'verbose_json'",
                        param="timestamp_granularities")
     if (upload.one("stream") or "false").lower() not in ("false", "0"):
         raise Rejected(400, "streamed transcription is not available; omit 'stream'", param="stream")
-    return TranscriptionParams(model_name, language, prompt, response_format, temperature)
+    return TranscriptionParams(model_name, language, prompt, response_format, temperature, "word" in granularities)
 
 
-def _transcript_response(transcript: Transcript, response_format: str) -> web.Response:
-    body = as_json(transcript, response_format)
+def _transcript_response(transcript: Transcript, response_format: str, words: bool = False) -> web.Response:
+    body = as_json(transcript, response_format, words=words)
     if body is not None:
         if response_format == "json":
             body["usage"] = {"type": "duration", "seconds": math.ceil(transcript.duration)}
@@ -321,7 +326,7 @@ async def create_transcription(request: web.Request) -> web.StreamResponse:
                            code="invalid_audio") from None
         except EngineBusy as busy:
             raise _busy(str(busy)) from None
-    return _transcript_response(transcript, params.response_format)
+    return _transcript_response(transcript, params.response_format, params.word_timestamps)
 
 
 # ---------------------------------------------------------------- handlers: jobs

@@ -60,6 +60,7 @@ def run_transcribe(args: argparse.Namespace) -> int:
                   disable=args.quiet, bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} s [{elapsed}<{remaining}]") as bar:
             transcript = transcribe_audio(model, audio, language=args.language, prompt=args.prompt,
                                           batch_size=config.batch_size, max_chunk_s=config.max_chunk_s,
+                                          max_cue_s=config.max_cue_s,
                                           on_progress=lambda seconds: bar.update(seconds))
         body = as_json(transcript, args.response_format)
         if body is not None:

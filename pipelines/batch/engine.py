@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from models.batch_stt import BatchedWhisper
+from models.batch_stt import DEFAULT_MAX_CUE_S, BatchedWhisper
 from pipelines.batch.decode import SAMPLE_RATE, decode_audio_file
 from pipelines.batch.formats import Transcript
 from pipelines.batch.telemetry import AUDIO_SECONDS, STEP_SECONDS
@@ -43,6 +43,7 @@ def transcribe_audio(
     temperature: float = 0.0,
     batch_size: int = 8,
     max_chunk_s: float = 30.0,
+    max_cue_s: float = DEFAULT_MAX_CUE_S,
     on_progress: Callable[[float], None] | None = None,
 ) -> Transcript:
     """Plan ``audio`` into VAD-cut chunks and decode them ``batch_size`` at a time. BLOCKING.
@@ -58,7 +59,8 @@ def transcribe_audio(
     for first in range(0, len(chunks), batch_size):
         batch = chunks[first:first + batch_size]
         per_chunk, language_found = model.transcribe_chunks(
-            audio, batch, language=language, batch_size=batch_size, initial_prompt=prompt, temperature=temperature)
+            audio, batch, language=language, batch_size=batch_size, initial_prompt=prompt, temperature=temperature,
+            max_cue_s=max_cue_s)
         segments.extend(s for chunk_segments in per_chunk for s in chunk_segments)
         if on_progress is not None:
             done_to = duration if first + batch_size >= len(chunks) else chunks[first + batch_size].start
@@ -79,6 +81,7 @@ class TranscriptionEngine:
         job_threads: int = 1,
         batch_size: int = 8,
         max_chunk_s: float = 30.0,
+        max_cue_s: float = DEFAULT_MAX_CUE_S,
         max_pending_requests: int = 8,
         nice: int = 0,
     ) -> None:
@@ -87,6 +90,7 @@ class TranscriptionEngine:
         self._model_lock = asyncio.Lock()
         self.batch_size = batch_size
         self.max_chunk_s = max_chunk_s
+        self.max_cue_s = max_cue_s
         self.max_pending_requests = max_pending_requests
         self._pending_requests = 0
         # Lower CPU priority for all batch threads; the model loads on one of them, so CTranslate2's own threads
@@ -141,7 +145,8 @@ class TranscriptionEngine:
             audio = decode_audio_file(path, max_seconds)
             started = time.perf_counter()
             transcript = transcribe_audio(model, audio, language=language, prompt=prompt, temperature=temperature,
-                                          batch_size=self.batch_size, max_chunk_s=self.max_chunk_s)
+                                          batch_size=self.batch_size, max_chunk_s=self.max_chunk_s,
+                                          max_cue_s=self.max_cue_s)
             STEP_SECONDS.labels(path="request").observe(time.perf_counter() - started)
             AUDIO_SECONDS.labels(path="request").inc(transcript.duration)
             return transcript

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,12 +31,12 @@ class Transcript:
 LANGUAGE_NAMES = {"en": "english"}  # OpenAI's verbose_json names the language; others fall back to the code
 
 
-def as_json(transcript: Transcript, response_format: str) -> dict[str, Any] | None:
-    """The JSON body for json / verbose_json; None for the text formats."""
+def as_json(transcript: Transcript, response_format: str, *, words: bool = False) -> dict[str, Any] | None:
+    """The JSON body for json / verbose_json (with every word's times if ``words``); None for the text formats."""
     if response_format == "json":
         return {"text": transcript.text}
     if response_format == "verbose_json":
-        return {
+        body: dict[str, Any] = {
             "task": "transcribe",
             "language": LANGUAGE_NAMES.get(transcript.language, transcript.language),
             "duration": round(transcript.duration, 3),
@@ -49,24 +50,39 @@ def as_json(transcript: Transcript, response_format: str) -> dict[str, Any] | No
                 for index, s in enumerate(transcript.segments)
             ],
         }
+        if words:
+            body["words"] = [{"word": w.word.strip(), "start": w.start, "end": w.end}
+                             for s in transcript.segments for w in s.words]
+        return body
     return None
 
 
 def as_text(transcript: Transcript, response_format: str) -> str:
     """The body for text / srt / vtt."""
-    cues = [s for s in transcript.segments if s.text]
+    cues = [s for s in transcript.segments if s.text.strip()]
     if response_format == "text":
         return transcript.text + "\n"
     if response_format == "srt":
         return "".join(
-            f"{n}\n{_timestamp(s.start, ',')} --> {_timestamp(s.end, ',')}\n{s.text}\n\n"
+            f"{n}\n{_timestamp(s.start, ',')} --> {_timestamp(s.end, ',')}\n{_cue_text(s.text)}\n\n"
             for n, s in enumerate(cues, start=1)
         )
     if response_format == "vtt":
+        # WebVTT cue text is HTML-like: '&' and '<' start entities and tags, so they are escaped (and '>' too)
         return "WEBVTT\n\n" + "".join(
-            f"{_timestamp(s.start, '.')} --> {_timestamp(s.end, '.')}\n{s.text}\n\n" for s in cues
+            f"{_timestamp(s.start, '.')} --> {_timestamp(s.end, '.')}\n{_vtt_text(s.text)}\n\n"
+            for s in cues
         )
     raise ValueError(f"{response_format!r} is not a text format")
+
+
+def _cue_text(text: str) -> str:
+    """One line of cue text: a blank line would end the cue and '-->' would read as a timing line (both specs)."""
+    return " ".join(text.split()).replace("-->", "->")
+
+
+def _vtt_text(text: str) -> str:
+    return html.escape(_cue_text(text), quote=False)
 
 
 def _timestamp(seconds: float, decimal_marker: str) -> str:

@@ -210,7 +210,8 @@ class JobQueue:
             batch = pending[first:first + batch_size]
             step_started = time.perf_counter()
             per_chunk, language = await self.engine.job_step(
-                model.transcribe_chunks, audio, [chunk for _, chunk in batch], job.language, batch_size, job.prompt)
+                model.transcribe_chunks, audio, [chunk for _, chunk in batch], job.language, batch_size, job.prompt,
+                0.0, self.engine.max_cue_s)
             STEP_SECONDS.labels(path="job").observe(time.perf_counter() - step_started)
             saved = await self.store.save_chunks(
                 job.id, {index: segments for (index, _), segments in zip(batch, per_chunk, strict=True)}, language)
