@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -385,3 +386,42 @@ def test_vigil_transcribe_writes_every_file_with_a_progress_bar(tmp_path: Path, 
 def test_a_wrong_audio_setting_names_its_key(overrides: dict, key: str):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_settings(None, overrides)
+
+
+async def run_cli(*args: str) -> tuple[int, str, str]:
+    """``vigil ARGS`` as a child process, awaited without blocking the in-process server's event loop."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "server.cli", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    stdout, stderr = await asyncio.wait_for(child.communicate(), timeout=180)
+    assert child.returncode is not None
+    return child.returncode, stdout.decode(), stderr.decode()
+
+
+async def test_vigil_transcribe_url_submits_jobs_and_follows_their_progress(server, http, tmp_path: Path,
+                                                                            long_wav: bytes, short_wav: bytes):
+    (tmp_path / "long.wav").write_bytes(long_wav)
+    (tmp_path / "short.wav").write_bytes(short_wav)
+    (tmp_path / "broken.wav").write_bytes(b"RIFF nonsense")
+    out = tmp_path / "out"
+    status, stdout, stderr = await run_cli(
+        "transcribe", "--url", server.url, "--api-key", TOKEN, "--poll-interval", "0.1", "-f", "srt", "-o", str(out),
+        str(tmp_path / "long.wav"), str(tmp_path / "broken.wav"), str(tmp_path / "short.wav"))
+    assert status == 1, stderr  # the broken file is refused with the server's 400 message; the others are done
+    assert "broken.wav: 400 the uploaded file is not usable audio" in stderr
+    # the bar follows the job's status: it reaches the whole duration and shows the job's states
+    assert "long.wav" in stderr and "100%" in stderr and "completed" in stderr
+    assert f"{len(long_wav) / 32_000:.1f}/{len(long_wav) / 32_000:.1f} s" in stderr
+    assert_heard(re.sub(r"^\d+$|^.* --> .*$", "", (out / "long.srt").read_text(), flags=re.M), LONG_SENTENCES)
+    assert_heard(re.sub(r"^\d+$|^.* --> .*$", "", (out / "short.srt").read_text(), flags=re.M), SHORT_SENTENCES)
+    assert not (out / "broken.srt").exists()
+    async with http.get(f"{server.url}/v1/audio/transcriptions/jobs", params={"status": "completed"}) as response:
+        assert sorted(j["filename"] for j in (await response.json())["data"]) == ["long.wav", "short.wav"]
+
+    # to stdout, as json; a wrong key stops at once with the server's message (exit 2)
+    status, stdout, stderr = await run_cli("transcribe", "--url", server.url, "--api-key", TOKEN, "-q", "-f", "json",
+                                           str(tmp_path / "short.wav"))
+    assert status == 0 and stderr == ""
+    assert_heard(json.loads(stdout)["text"], SHORT_SENTENCES)
+    status, stdout, stderr = await run_cli("transcribe", "--url", server.url, "--api-key", "wrong",
+                                           str(tmp_path / "short.wav"), str(tmp_path / "long.wav"))
+    assert status == 2 and stderr.startswith("vigil transcribe: 401 ") and stdout == ""
