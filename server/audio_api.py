@@ -24,7 +24,7 @@ from aiohttp import BodyPartReader, web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from models.batch_stt import BatchedWhisper
-from pipelines.batch.decode import AudioDecodeError
+from pipelines.batch.decode import AudioDecodeError, AudioTooLong
 from pipelines.batch.engine import EngineBusy, TranscriptionEngine
 from pipelines.batch.formats import CONTENT_TYPES, RESPONSE_FORMATS, Transcript, as_json, as_text
 from pipelines.batch.jobs import JobQueue, JobStoreInUse, QueueFull
@@ -318,10 +318,10 @@ async def create_transcription(request: web.Request) -> web.StreamResponse:
             transcript = await services.engine.transcribe_file(
                 path, language=params.language, prompt=params.prompt, temperature=params.temperature,
                 max_seconds=config.max_request_audio_s)
+        except AudioTooLong as error:
+            raise Rejected(400, f"{error}; submit it as a job: POST /v1/audio/transcriptions/jobs",
+                           param="file", code="audio_too_long") from None
         except AudioDecodeError as error:
-            if "longer than the limit" in str(error):
-                raise Rejected(400, f"{error}; submit it as a job: POST /v1/audio/transcriptions/jobs",
-                               param="file", code="audio_too_long") from None
             raise Rejected(400, f"the uploaded file is not usable audio: {error}", param="file",
                            code="invalid_audio") from None
         except EngineBusy as busy:
@@ -376,6 +376,8 @@ async def create_transcription_job(request: web.Request) -> web.StreamResponse:
         raise _busy(str(full)) from None
     except EngineBusy as busy:
         raise _busy(str(busy)) from None
+    except AudioTooLong as error:
+        raise Rejected(400, str(error), param="file", code="audio_too_long") from None
     except AudioDecodeError as error:
         raise Rejected(400, f"the uploaded file is not usable audio: {error}", param="file",
                        code="invalid_audio") from None
@@ -432,7 +434,10 @@ async def cancel_transcription_job(request: web.Request) -> web.StreamResponse:
     if not job.active:
         raise Rejected(409, f"job '{job.id}' is already {job.status}", code="job_not_active")
     cancelled = await jobs.cancel(job.id)
-    assert cancelled is not None
+    if cancelled is None:  # deleted meanwhile
+        raise Rejected(404, f"no transcription job '{job.id}'", code="job_not_found")
+    if cancelled.status != "cancelled":  # it ended meanwhile
+        raise Rejected(409, f"job '{job.id}' is already {cancelled.status}", code="job_not_active")
     return web.json_response(_job_body(cancelled))
 
 

@@ -232,6 +232,7 @@ async def test_job_lifecycle(server, http, short_wav: bytes):
     async with http.get(base, params={"status": "completed"}) as response:
         listed = await response.json()
     assert [j["id"] for j in listed["data"]] == [job["id"]] and "result" not in listed["data"][0]
+    assert listed["data"][0]["progress"] == done["progress"] and done["progress"]["audio_seconds_done"] > 0
     async with http.get(f"{server.url}/metrics") as response:
         metrics = await response.text()
     assert 'vigil_transcription_jobs_total{status="completed"}' in metrics
@@ -293,6 +294,14 @@ async def test_bad_job_submissions(server, http, short_wav: bytes):
     assert not list((Path(server.settings.transcription.data_dir) / "audio").iterdir())  # refused uploads removed
 
 
+async def test_a_job_longer_than_the_limit_is_refused(vigil, tmp_path: Path, http, short_wav: bytes):
+    server = await vigil(auth={"token": TOKEN}, transcription={"data_dir": str(tmp_path / "jobs"),
+                                                               "max_job_audio_s": 2.0})
+    status, body = await submit(http, server.url, short_wav)
+    assert status == 400 and body["error"]["code"] == "audio_too_long" and "2 s" in body["error"]["message"]
+    assert not list((tmp_path / "jobs" / "audio").iterdir())
+
+
 async def test_one_server_per_job_directory(vigil, tmp_path: Path, http, short_wav: bytes):
     # Two servers on one directory would re-queue each other's running jobs: the second is refused.
     shared = {"data_dir": str(tmp_path / "shared")}
@@ -328,7 +337,9 @@ async def test_store_keeps_each_chunk_once_and_gives_up_on_a_crashing_job(tmp_pa
     assert claimed is not None and claimed.status == "running" and claimed.attempts == 1
     plan = [AudioChunk(0.0, 4.0), AudioChunk(5.0, 9.0)]
     assert await store.set_plan("one", plan) == plan
-    await store.insert(a_job("two"))
+    assert await store.insert(a_job("two"), max_active=2)
+    assert not await store.insert(a_job("three"), max_active=2)  # two are active: the limit holds
+    assert await store.get("three") is None
     assert await store.set_plan("two", plan) is None  # not running (yet): no plan stored
     assert (await store.delete("two")).id == "two" and await store.get("two") is None
     assert await store.set_plan("one", [AudioChunk(0.0, 9.0)]) == plan  # the first plan stays
@@ -367,7 +378,8 @@ def test_vigil_transcribe_writes_every_file_with_a_progress_bar(tmp_path: Path, 
     assert "broken.wav" in result.stderr and "not a readable audio file" in result.stderr
     assert "one.wav" in result.stderr and "100%" in result.stderr  # the progress bar
     one = json.loads((out / "one.json").read_text())
-    assert_heard(one["text"], SHORT_SENTENCES) and one["segments"]
+    assert_heard(one["text"], SHORT_SENTENCES)
+    assert one["segments"] and all(s["end"] - s["start"] <= 6.01 for s in one["segments"])
     assert_heard(json.loads((out / "two.json").read_text())["text"], ["Coffee tastes better in the morning."])
     assert not (out / "broken.json").exists()
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from models.batch_stt import DEFAULT_MAX_CUE_S, BatchedWhisper
-from pipelines.batch.decode import SAMPLE_RATE, decode_audio_file
+from pipelines.batch.decode import SAMPLE_RATE, audio_duration, decode_audio_file
 from pipelines.batch.formats import Transcript
 from pipelines.batch.telemetry import AUDIO_SECONDS, STEP_SECONDS
 
@@ -128,10 +128,9 @@ class TranscriptionEngine:
             self._pending_requests -= 1
 
     async def probe(self, path: Path, max_seconds: float) -> float:
-        """Decode an upload to check it is audio within ``max_seconds``; its duration in seconds.
-        Raises AudioDecodeError (the client's fault) or EngineBusy."""
-        audio = await self._request(decode_audio_file, path, max_seconds)
-        return audio.size / SAMPLE_RATE
+        """Decode an upload to check it is audio within ``max_seconds`` (without keeping it); its duration in
+        seconds. Raises AudioDecodeError (the client's fault) or EngineBusy."""
+        return await self._request(audio_duration, path, max_seconds)
 
     async def transcribe_file(
         self, path: Path, *, language: str | None, prompt: str | None, temperature: float, max_seconds: float

@@ -120,10 +120,13 @@ class JobQueue:
             duration=duration, detected_language=None, chunks_total=None, chunks_done=0, attempts=0, error=None,
         )
         try:
-            await self.store.insert(job)
+            inserted = await self.store.insert(job, self.max_active_jobs)
         except BaseException:
             audio_path.unlink(missing_ok=True)
             raise
+        if not inserted:  # others were submitted since the check above
+            await _remove(str(audio_path))
+            raise QueueFull(f"the transcription queue is full (limit {self.max_active_jobs} queued or running)")
         self._wakeup.set()
         return job
 
