@@ -22,8 +22,9 @@ import numpy as np
 import openai
 import pytest
 
-from models.batch_stt import BatchedWhisper
+from models.batch_stt import BatchedWhisper, FileSegment
 from pipelines.batch.engine import EngineBusy, TranscriptionEngine
+from pipelines.batch.formats import Transcript, as_text
 from tests.support.speech_files import spoken, wav_bytes, words
 
 TOKEN = "audio-test-key"
@@ -398,3 +399,24 @@ async def test_word_timestamps_in_verbose_json(clients, server, subtitle_wav: by
             model="whisper-1", file=("speech.wav", subtitle_wav), response_format="json",
             timestamp_granularities=["word"])
     assert_openai_error(raised.value, 400, "timestamp_granularities")
+
+
+def test_srt_and_vtt_follow_their_specs_for_awkward_cues():
+    # Pure formatting, no model: a zero-length one-word cue, cue text with a line break, '-->', and markup.
+    def segment(start: float, end: float, text: str) -> FileSegment:
+        return FileSegment(start=start, end=end, text=text, tokens=(1,), avg_logprob=0.0, no_speech_prob=0.0,
+                           compression_ratio=1.0, temperature=0.0)
+
+    transcript = Transcript(language="en", duration=9.0, segments=(
+        segment(0.5, 0.5, "Yes."), segment(1.0, 2.5, "Tom & Jerry <b>-->\n\nbold"), segment(2.4, 3.0, " "),
+        segment(3601.0, 3602.25, "An hour later."),
+    ))
+    assert as_text(transcript, "srt") == (
+        "1\n00:00:00,500 --> 00:00:00,501\nYes.\n\n"
+        "2\n00:00:01,000 --> 00:00:02,500\nTom & Jerry <b>-> bold\n\n"
+        "3\n01:00:01,000 --> 01:00:02,250\nAn hour later.\n\n")
+    assert as_text(transcript, "vtt") == (
+        "WEBVTT\n\n"
+        "00:00:00.500 --> 00:00:00.501\nYes.\n\n"
+        "00:00:01.000 --> 00:00:02.500\nTom &amp; Jerry &lt;b&gt;-&gt; bold\n\n"
+        "01:00:01.000 --> 01:00:02.250\nAn hour later.\n\n")

@@ -59,21 +59,36 @@ def as_json(transcript: Transcript, response_format: str, *, words: bool = False
 
 def as_text(transcript: Transcript, response_format: str) -> str:
     """The body for text / srt / vtt."""
-    cues = [s for s in transcript.segments if s.text.strip()]
     if response_format == "text":
         return transcript.text + "\n"
+    cues = _cues(transcript.segments)
     if response_format == "srt":
         return "".join(
-            f"{n}\n{_timestamp(s.start, ',')} --> {_timestamp(s.end, ',')}\n{_cue_text(s.text)}\n\n"
-            for n, s in enumerate(cues, start=1)
+            f"{n}\n{_timestamp(start, ',')} --> {_timestamp(end, ',')}\n{_cue_text(text)}\n\n"
+            for n, (start, end, text) in enumerate(cues, start=1)
         )
     if response_format == "vtt":
         # WebVTT cue text is HTML-like: '&' and '<' start entities and tags, so they are escaped (and '>' too)
         return "WEBVTT\n\n" + "".join(
-            f"{_timestamp(s.start, '.')} --> {_timestamp(s.end, '.')}\n{_vtt_text(s.text)}\n\n"
-            for s in cues
+            f"{_timestamp(start, '.')} --> {_timestamp(end, '.')}\n{_vtt_text(text)}\n\n"
+            for start, end, text in cues
         )
     raise ValueError(f"{response_format!r} is not a text format")
+
+
+def _cues(segments: tuple[FileSegment, ...]) -> list[tuple[int, int, str]]:
+    """(start ms, end ms, text) of the segments with text: in order, each at least 1 ms long (both specs want
+    the end after the start; a one-word cue may be aligned to zero length) and none before the previous end."""
+    cues: list[tuple[int, int, str]] = []
+    previous_end = 0
+    for segment in segments:
+        if not segment.text.strip():
+            continue
+        start = max(round(segment.start * 1000), previous_end)
+        end = max(round(segment.end * 1000), start + 1)
+        cues.append((start, end, segment.text))
+        previous_end = end
+    return cues
 
 
 def _cue_text(text: str) -> str:
@@ -85,8 +100,7 @@ def _vtt_text(text: str) -> str:
     return html.escape(_cue_text(text), quote=False)
 
 
-def _timestamp(seconds: float, decimal_marker: str) -> str:
-    millis = max(0, round(seconds * 1000))
+def _timestamp(millis: int, decimal_marker: str) -> str:
     hours, millis = divmod(millis, 3_600_000)
     minutes, millis = divmod(millis, 60_000)
     secs, millis = divmod(millis, 1000)
