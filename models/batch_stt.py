@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from models.packaged import ModelNotAvailable
-from models.stt import SAMPLE_RATE, DeviceNotAvailable, resolve_model_dir
+from models.stt import SAMPLE_RATE, as_mono_float, load_whisper
 
 WHISPER_MAX_CHUNK_S = 30.0  # Whisper's window: a longer chunk would be cut off
 DEFAULT_MAX_CUE_S = 6.0  # a subtitle cue longer than this is cut at the next word
@@ -96,28 +94,9 @@ class BatchedWhisper:
         cpu_threads: int | None = None,
         num_workers: int = 1,
     ) -> None:
-        if device not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
-        self.name, self.model_dir = resolve_model_dir(model_dir)
-        self.device = device
-        self.compute_type = compute_type or ("float16" if device == "cuda" else "int8")
-        import ctranslate2
-        from faster_whisper import WhisperModel
-
-        if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
-            raise DeviceNotAvailable("STT device 'cuda' requested but CTranslate2 finds no CUDA device here")
-        try:
-            self._model = WhisperModel(
-                str(self.model_dir),
-                device=device,
-                compute_type=self.compute_type,
-                cpu_threads=cpu_threads if cpu_threads is not None else min(4, os.cpu_count() or 1),
-                num_workers=max(1, num_workers),
-                local_files_only=True,
-            )
-        except (RuntimeError, ValueError, OSError) as exc:
-            kind = DeviceNotAvailable if device == "cuda" else ModelNotAvailable
-            raise kind(f"cannot load Whisper {self.name!r} from {self.model_dir} on {device}: {exc}") from exc
+        loaded = load_whisper(model_dir, device, compute_type, cpu_threads, num_workers)
+        self.name, self.model_dir, self.device = loaded.name, loaded.model_dir, device
+        self.compute_type, self._model = loaded.compute_type, loaded.model
         self.multilingual: bool = bool(self._model.model.is_multilingual)
 
     def check_language(self, language: str | None) -> None:
@@ -139,7 +118,7 @@ class BatchedWhisper:
         from faster_whisper.vad import VadOptions, get_speech_timestamps
 
         max_chunk_s = min(max_chunk_s, WHISPER_MAX_CHUNK_S)
-        samples = _as_mono_float(audio)
+        samples = as_mono_float(audio)
         if samples.size == 0:
             return []
         regions = get_speech_timestamps(
@@ -179,7 +158,7 @@ class BatchedWhisper:
             return [], language or "en"
         from faster_whisper import BatchedInferencePipeline
 
-        samples = _as_mono_float(audio)
+        samples = as_mono_float(audio)
         duration = samples.size / SAMPLE_RATE
         pipeline = BatchedInferencePipeline(self._model)  # cheap; holds per-call state, so one per call
         segments, info = pipeline.transcribe(
@@ -268,11 +247,3 @@ def _monotonic(words: list[TimedWord]) -> list[TimedWord]:
 
 def _nearest(values: list[int], target: int) -> int:
     return min(range(len(values)), key=lambda i: abs(values[i] - target))
-
-
-def _as_mono_float(audio: np.ndarray) -> np.ndarray:
-    if not np.issubdtype(audio.dtype, np.floating):
-        raise TypeError(f"Whisper takes float audio in [-1, 1], got {audio.dtype} (scale int16 by 1/32768)")
-    if audio.ndim != 1:
-        raise ValueError(f"Whisper takes mono 1-D audio at 16 kHz, got shape {audio.shape}")
-    return np.ascontiguousarray(audio, dtype=np.float32)
