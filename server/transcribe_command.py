@@ -33,7 +33,7 @@ def add_transcribe_command(commands: Any, add_config_arg: Callable[[argparse.Arg
     transcribe.add_argument("--api-key", default=os.environ.get("VIGIL_API_KEY"),
                             help="the server's Bearer token (--url; default: $VIGIL_API_KEY)")
     transcribe.add_argument("--model", default="whisper-1", help="model name sent to the server (--url)")
-    transcribe.add_argument("--poll-interval", type=float, default=0.5, help="seconds between job status reads "
+    transcribe.add_argument("--poll-interval", type=float, default=1.0, help="seconds between job status reads "
                             "(--url)")
     transcribe.set_defaults(run=run_transcribe)
 

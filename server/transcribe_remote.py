@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ import aiohttp
 
 JOBS_PATH = "/v1/audio/transcriptions/jobs"
 TERMINAL_STATUSES = ("completed", "failed", "cancelled")
+MAX_RETRIES = 30
+MAX_RETRY_AFTER_S = 60.0
 
 
 class RemoteError(Exception):
@@ -62,15 +66,19 @@ async def _transcribe_all(args: argparse.Namespace) -> int:
 
 
 async def _submit(http: aiohttp.ClientSession, base: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
-    with path.open("rb") as audio:  # streamed by aiohttp, not read into memory; a missing file is an OSError
-        form = aiohttp.FormData()
-        form.add_field("file", audio, filename=path.name, content_type="application/octet-stream")
-        form.add_field("model", args.model)
-        if args.language:
-            form.add_field("language", args.language)
-        if args.prompt:
-            form.add_field("prompt", args.prompt)
-        return await _request(http, "POST", f"{base}{JOBS_PATH}", data=form)
+    with contextlib.ExitStack() as opened:
+        def make_form() -> aiohttp.FormData:  # a fresh form per attempt: a sent one cannot be sent again
+            audio = opened.enter_context(path.open("rb"))  # streamed, not read into memory; missing: OSError
+            form = aiohttp.FormData()
+            form.add_field("file", audio, filename=path.name, content_type="application/octet-stream")
+            form.add_field("model", args.model)
+            if args.language:
+                form.add_field("language", args.language)
+            if args.prompt:
+                form.add_field("prompt", args.prompt)
+            return form
+
+        return await _request(http, "POST", f"{base}{JOBS_PATH}", make_form=make_form)
 
 
 async def _follow(http: aiohttp.ClientSession, base: str, path: Path, job: dict[str, Any],
@@ -91,20 +99,36 @@ async def _follow(http: aiohttp.ClientSession, base: str, path: Path, job: dict[
 
 
 async def _result(http: aiohttp.ClientSession, base: str, job_id: str, response_format: str) -> str:
-    async with http.get(f"{base}{JOBS_PATH}/{job_id}/result", params={"response_format": response_format}) as reply:
-        if reply.status != 200:
-            raise RemoteError(await _error_message(reply))
-        return await reply.text()
+    return await _request(http, "GET", f"{base}{JOBS_PATH}/{job_id}/result", as_text=True,
+                          params={"response_format": response_format})
 
 
-async def _request(http: aiohttp.ClientSession, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
+async def _request(http: aiohttp.ClientSession, method: str, url: str, *, as_text: bool = False,
+                   make_form: Callable[[], aiohttp.FormData] | None = None, **kwargs: Any) -> Any:
+    """The JSON (or text) answer; a 429 (the API's rate limit counts status reads too) or a 503 (queue full,
+    server busy) is retried after its ``Retry-After``, up to ``MAX_RETRIES`` times."""
+    for attempt in range(MAX_RETRIES + 1):
+        if make_form is not None:
+            kwargs["data"] = make_form()
+        try:
+            async with http.request(method, url, **kwargs) as reply:
+                if reply.status in (429, 503) and attempt < MAX_RETRIES and "Retry-After" in reply.headers:
+                    delay = _retry_after_s(reply.headers["Retry-After"])
+                else:
+                    if reply.status >= 400:
+                        raise RemoteError(await _error_message(reply))
+                    return await reply.text() if as_text else await reply.json()
+        except aiohttp.ClientError as error:
+            raise RemoteError(f"cannot reach {url}: {error}") from None
+        await asyncio.sleep(delay)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _retry_after_s(header: str) -> float:
     try:
-        async with http.request(method, url, **kwargs) as reply:
-            if reply.status >= 400:
-                raise RemoteError(await _error_message(reply))
-            return await reply.json()
-    except aiohttp.ClientError as error:
-        raise RemoteError(f"cannot reach {url}: {error}") from None
+        return min(max(float(header), 0.1), MAX_RETRY_AFTER_S)
+    except ValueError:
+        return MAX_RETRY_AFTER_S
 
 
 async def _error_message(reply: aiohttp.ClientResponse) -> str:

@@ -147,6 +147,7 @@ async def test_a_job_killed_midway_completes_after_restart(tmp_path: Path, http,
     config = tmp_path / "vigil.yaml"
     config.write_text(
         f"auth: {{token: {TOKEN}}}\n"
+        "api: {rate_limit: null}\n"  # the test polls the job's status often
         "webrtc: {host_addresses: ['127.0.0.1']}\n"
         "voice: {enabled: false}\n"
         "models: {detector: {backend: none}}\n"
@@ -400,6 +401,13 @@ def test_a_wrong_audio_setting_names_its_key(overrides: dict, key: str):
         load_settings(None, overrides)
 
 
+async def rate_limited(http: aiohttp.ClientSession, base: str) -> float:
+    """Requests the API's rate limit refused so far (this process's servers, the shared token)."""
+    async with http.get(f"{base}/metrics") as response:
+        match = re.search(r'^vigil_api_rate_limited_total\{key="token"\} (\S+)$', await response.text(), re.M)
+    return float(match.group(1)) if match else 0.0
+
+
 async def run_cli(*args: str) -> tuple[int, str, str]:
     """``vigil ARGS`` as a child process, awaited without blocking the in-process server's event loop."""
     child = await asyncio.create_subprocess_exec(
@@ -409,12 +417,16 @@ async def run_cli(*args: str) -> tuple[int, str, str]:
     return child.returncode, stdout.decode(), stderr.decode()
 
 
-async def test_vigil_transcribe_url_submits_jobs_and_follows_their_progress(server, http, tmp_path: Path,
+async def test_vigil_transcribe_url_submits_jobs_and_follows_their_progress(vigil, http, tmp_path: Path,
                                                                             long_wav: bytes, short_wav: bytes):
+    # A tight rate limit (status reads count too): the command waits out each 429's Retry-After and goes on.
+    server = await vigil(auth={"token": TOKEN}, api={"rate_limit": {"requests": 8, "window_s": 1.0}},
+                         transcription={"data_dir": str(tmp_path / "jobs"), "batch_size": 4})
     (tmp_path / "long.wav").write_bytes(long_wav)
     (tmp_path / "short.wav").write_bytes(short_wav)
     (tmp_path / "broken.wav").write_bytes(b"RIFF nonsense")
     out = tmp_path / "out"
+    refused_before = await rate_limited(http, server.url)
     status, stdout, stderr = await run_cli(
         "transcribe", "--url", server.url, "--api-key", TOKEN, "--poll-interval", "0.1", "-f", "srt", "-o", str(out),
         str(tmp_path / "long.wav"), str(tmp_path / "broken.wav"), str(tmp_path / "short.wav"))
@@ -426,6 +438,8 @@ async def test_vigil_transcribe_url_submits_jobs_and_follows_their_progress(serv
     assert_heard(re.sub(r"^\d+$|^.* --> .*$", "", (out / "long.srt").read_text(), flags=re.M), LONG_SENTENCES)
     assert_heard(re.sub(r"^\d+$|^.* --> .*$", "", (out / "short.srt").read_text(), flags=re.M), SHORT_SENTENCES)
     assert not (out / "broken.srt").exists()
+    assert await rate_limited(http, server.url) > refused_before  # it did run into the limit, and went on
+    await asyncio.sleep(1.1)  # a fresh window for the test's own request
     async with http.get(f"{server.url}/v1/audio/transcriptions/jobs", params={"status": "completed"}) as response:
         assert sorted(j["filename"] for j in (await response.json())["data"]) == ["long.wav", "short.wav"]
 
