@@ -27,7 +27,7 @@ from models.batch_stt import BatchedWhisper
 from pipelines.batch.decode import AudioDecodeError, AudioTooLong
 from pipelines.batch.engine import EngineBusy, TranscriptionEngine
 from pipelines.batch.formats import CONTENT_TYPES, RESPONSE_FORMATS, Transcript, as_json, as_text
-from pipelines.batch.jobs import JobQueue, JobStoreInUse, QueueFull
+from pipelines.batch.jobs import JobQueue, JobStoreInUse, JobStoreUnavailable, QueueFull
 from pipelines.batch.store import JobRecord
 from pipelines.speech import CONTENT_TYPES as SPEECH_CONTENT_TYPES
 from pipelines.speech import SpeechBusy, SpeechSynthesizer
@@ -66,6 +66,13 @@ def _openai_errors(handler: Callable[[web.Request], Awaitable[web.StreamResponse
             if rejected.retry_after_s is not None:
                 response.headers["Retry-After"] = str(rejected.retry_after_s)
             return response
+        except web.HTTPException:
+            raise  # the app's error middleware answers these
+        except Exception:  # a bug or a broken disk: still OpenAI's shape, the details in the log
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            HTTP_ERRORS.labels(status="500", code="internal").inc()
+            return openai_error(500, "internal server error; see the server log", type="server_error",
+                                code="internal")
     return wrapped
 
 
@@ -115,6 +122,9 @@ class AudioServices:
                     await self.jobs.start()
                 except JobStoreInUse as in_use:
                     raise Rejected(503, str(in_use), type="server_error", code="job_store_in_use") from None
+                except JobStoreUnavailable as unavailable:
+                    log.error("%s", unavailable)
+                    raise Rejected(503, str(unavailable), type="server_error", code="job_store_unavailable") from None
             return self.jobs
 
     async def speech(self) -> SpeechSynthesizer:

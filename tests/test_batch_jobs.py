@@ -315,6 +315,28 @@ async def test_one_server_per_job_directory(vigil, tmp_path: Path, http, short_w
     assert (await wait_for(http, first.url, job["id"], ("completed",)))["status"] == "completed"
 
 
+async def test_a_corrupt_job_database_is_a_clear_503_and_the_rest_still_works(vigil, tmp_path: Path, http,
+                                                                              short_wav: bytes):
+    data_dir = tmp_path / "jobs"
+    data_dir.mkdir()
+    (data_dir / "jobs.sqlite3").write_bytes(b"this is not an SQLite database, " * 100)
+    server = await vigil(auth={"token": TOKEN}, transcription={"data_dir": str(data_dir)})  # it starts anyway
+    for _ in range(2):  # each request tries again (nothing stays locked), and says why it cannot
+        status, body = await submit(http, server.url, short_wav)
+        assert status == 503 and body["error"]["code"] == "job_store_unavailable", body
+        assert "jobs.sqlite3" in body["error"]["message"] or str(data_dir) in body["error"]["message"]
+        assert set(body["error"]) == {"message", "type", "param", "code"}
+    form = aiohttp.FormData()
+    form.add_field("file", short_wav, filename="a.wav")
+    form.add_field("model", "whisper-1")
+    async with http.post(f"{server.url}/v1/audio/transcriptions", data=form) as response:
+        assert response.status == 200  # direct transcription does not need the job store
+        assert_heard((await response.json())["text"], SHORT_SENTENCES)
+    (data_dir / "jobs.sqlite3").unlink()  # repaired: the next request opens a fresh store
+    status, job = await submit(http, server.url, short_wav)
+    assert status == 202 and (await wait_for(http, server.url, job["id"], ("completed",)))["status"] == "completed"
+
+
 # --- the store's guarantees ---------------------------------------------------------------------------------
 
 

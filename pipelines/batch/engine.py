@@ -1,9 +1,10 @@
 """The batch worker pool: its own Whisper instance and its own threads, apart from the live voice loop's.
 
 Job steps run on the pool's job threads (one per concurrent job); direct requests (a short upload answered in
-the same HTTP request, and the decoding that validates a job's upload) run on one request thread, so a short
-request waits at most for the step in front of it, never for a whole job. Direct requests are bounded:
-beyond ``max_pending_requests`` waiting or running, :class:`EngineBusy` is raised.
+the same HTTP request) run on one request thread, so a short request waits at most for the step in front of it,
+never for a whole job. The decoding that validates a job's upload (up to hours of audio) has a thread of its
+own, so it never delays a short request either. Direct requests and validations are bounded: beyond
+``max_pending_requests`` waiting or running, :class:`EngineBusy` is raised.
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ class TranscriptionEngine:
                                                 initializer=_lower_priority, initargs=(nice,))
         self._request_executor = ThreadPoolExecutor(1, thread_name_prefix="vigil-request-stt",
                                                     initializer=_lower_priority, initargs=(nice,))
+        self._probe_executor = ThreadPoolExecutor(1, thread_name_prefix="vigil-probe-stt",
+                                                  initializer=_lower_priority, initargs=(nice,))
 
     @property
     def pending_requests(self) -> int:
@@ -118,19 +121,19 @@ class TranscriptionEngine:
         """Run one blocking step of a job on the job threads."""
         return await asyncio.get_running_loop().run_in_executor(self._job_executor, fn, *args)
 
-    async def _request(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _request(self, fn: Callable[..., T], *args: Any, executor: ThreadPoolExecutor | None = None) -> T:
         if self._pending_requests >= self.max_pending_requests:
             raise EngineBusy(f"{self._pending_requests} transcription requests are already waiting")
         self._pending_requests += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._request_executor, fn, *args)
+            return await asyncio.get_running_loop().run_in_executor(executor or self._request_executor, fn, *args)
         finally:
             self._pending_requests -= 1
 
     async def probe(self, path: Path, max_seconds: float) -> float:
         """Decode an upload to check it is audio within ``max_seconds`` (without keeping it); its duration in
         seconds. Raises AudioDecodeError (the client's fault) or EngineBusy."""
-        return await self._request(audio_duration, path, max_seconds)
+        return await self._request(audio_duration, path, max_seconds, executor=self._probe_executor)
 
     async def transcribe_file(
         self, path: Path, *, language: str | None, prompt: str | None, temperature: float, max_seconds: float
@@ -156,6 +159,7 @@ class TranscriptionEngine:
         # A step already running finishes in its thread; its result is dropped (a job redoes it next start).
         self._job_executor.shutdown(wait=False, cancel_futures=True)
         self._request_executor.shutdown(wait=False, cancel_futures=True)
+        self._probe_executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _lower_priority(nice: int) -> None:

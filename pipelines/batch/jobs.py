@@ -15,6 +15,7 @@ import fcntl
 import logging
 import secrets
 import shutil
+import sqlite3
 import time
 from pathlib import Path
 from typing import IO
@@ -32,6 +33,10 @@ DB_NAME = "jobs.sqlite3"
 
 class JobStoreInUse(Exception):
     """Another process (or queue) works on this data directory: two would re-queue each other's jobs."""
+
+
+class JobStoreUnavailable(Exception):
+    """The job database cannot be opened (corrupt file, unwritable directory)."""
 
 
 class QueueFull(Exception):
@@ -71,14 +76,23 @@ class JobQueue:
         return (data_dir / DB_NAME).is_file()
 
     async def start(self) -> None:
-        """Open the database, re-queue interrupted jobs, start the workers. Raises JobStoreInUse."""
+        """Open the database, re-queue interrupted jobs, start the workers. Raises JobStoreInUse or
+        JobStoreUnavailable (then nothing stays open or locked, so a later call can try again)."""
         self._lock_file = await asyncio.to_thread(_lock_data_dir, self.data_dir)
-        self.audio_dir.mkdir(parents=True, exist_ok=True)
-        await self.store.open()
-        requeued = await self.store.requeue_running()
-        if requeued:
-            log.info("re-queued %d transcription job(s) interrupted by the last stop", requeued)
-        await self._remove_orphan_audio()
+        try:
+            await asyncio.to_thread(self.audio_dir.mkdir, parents=True, exist_ok=True)
+            await self.store.open()
+            requeued = await self.store.requeue_running()
+            if requeued:
+                log.info("re-queued %d transcription job(s) interrupted by the last stop", requeued)
+            await self._remove_orphan_audio()
+        except (sqlite3.Error, OSError) as error:
+            await self.store.close()
+            self.store = JobStore(self.store.path)  # its thread is gone: a fresh one for the next try
+            self._lock_file.close()
+            self._lock_file = None
+            raise JobStoreUnavailable(f"the transcription job database in {self.data_dir} cannot be used: "
+                                      f"{error}") from error
         self._tasks = [asyncio.create_task(self._work(), name=f"transcription-worker-{n}")
                        for n in range(self.workers)]
         self.started = True
