@@ -22,7 +22,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from models.batch_stt import AudioChunk, FileSegment
+from models.batch_stt import AudioChunk, BatchedWhisper, FileSegment
+from pipelines.batch.engine import TranscriptionEngine
+from pipelines.batch.jobs import JobQueue
 from pipelines.batch.store import JobRecord, JobStore
 from server.config import ConfigError, load_settings
 from tests.support.rtsp import free_port
@@ -335,6 +337,46 @@ async def test_a_corrupt_job_database_is_a_clear_503_and_the_rest_still_works(vi
     (data_dir / "jobs.sqlite3").unlink()  # repaired: the next request opens a fresh store
     status, job = await submit(http, server.url, short_wav)
     assert status == 202 and (await wait_for(http, server.url, job["id"], ("completed",)))["status"] == "completed"
+
+
+async def test_a_graceful_stop_puts_the_running_job_back_without_using_an_attempt(tmp_path: Path, long_wav: bytes):
+    # A deploy (SIGTERM) in the middle of a long job is not the job's fault: it must not count towards
+    # max_attempts, or a few restarts would fail a long job that never crashed anything.
+    engine = TranscriptionEngine(BatchedWhisper, batch_size=1, max_chunk_s=4)
+    upload = tmp_path / "long.wav"
+    queue = JobQueue(tmp_path / "jobs", engine, max_attempts=1)
+    await queue.start()
+    upload.write_bytes(long_wav)
+    job = await queue.submit(upload, filename="long.wav", duration=len(long_wav) / 32_000, model="whisper-1",
+                             language="en", prompt=None)
+    while (running := await queue.get(job.id)).chunks_done < 1:
+        assert running.status in ("queued", "running"), running
+        await asyncio.sleep(0.05)
+    await queue.close()
+    stopped = await stored_job(tmp_path / "jobs", job.id)
+    assert stopped.status == "queued" and stopped.attempts == 0 and 1 <= stopped.chunks_done < stopped.chunks_total
+
+    queue = JobQueue(tmp_path / "jobs", engine, max_attempts=1)  # one attempt allowed: the stop did not use it
+    await queue.start()
+    deadline = time.monotonic() + 120
+    while (resumed := await queue.get(job.id)).status in ("queued", "running"):
+        assert time.monotonic() < deadline, resumed
+        await asyncio.sleep(0.05)
+    assert resumed.status == "completed" and resumed.attempts == 1, resumed
+    assert_heard((await queue.result(resumed)).text, LONG_SENTENCES)
+    await queue.close()
+    engine.close()
+
+
+async def stored_job(data_dir: Path, job_id: str) -> JobRecord:
+    store = JobStore(data_dir / "jobs.sqlite3")
+    await store.open()
+    try:
+        job = await store.get(job_id)
+        assert job is not None
+        return job
+    finally:
+        await store.close()
 
 
 # --- the store's guarantees ---------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ class JobQueue:
         self.max_audio_s = max_audio_s
         self._wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._in_hand: set[str] = set()  # jobs the workers are running now
         self._lock_file: IO[bytes] | None = None
         self.started = False
 
@@ -99,11 +100,18 @@ class JobQueue:
         self._wakeup.set()
 
     async def close(self) -> None:
+        """Stop the workers. A job in hand goes back to the queue without using up one of its attempts (a
+        graceful stop is not the job's fault; only a process that dies during it counts): it resumes at the next
+        start at its first undecoded chunk."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         if self.started:
+            if self._in_hand:
+                released = await self.store.release(sorted(self._in_hand))
+                log.info("stopping: %d running transcription job(s) back in the queue", released)
+                self._in_hand.clear()
             await self.store.close()
         if self._lock_file is not None:
             self._lock_file.close()  # releases the lock
@@ -184,6 +192,7 @@ class JobQueue:
                 await asyncio.sleep(5.0)
 
     async def _process(self, job: JobRecord) -> None:
+        self._in_hand.add(job.id)
         try:
             await self._run(job)
         except AudioDecodeError as error:
@@ -191,6 +200,7 @@ class JobQueue:
         except Exception as error:
             log.exception("transcription job %s failed", job.id)
             await self._fail(job, f"internal error: {type(error).__name__}: {error}")
+        self._in_hand.discard(job.id)  # skipped when cancelled (the server stopping): close() releases it
 
     async def _next_job(self) -> JobRecord | None:
         """Claim the oldest queued job, or wait for a submission (then None: look again)."""

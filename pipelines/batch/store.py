@@ -155,6 +155,14 @@ class JobStore:
             return self.conn.execute("UPDATE jobs SET status = 'queued' WHERE status = 'running'").rowcount
         return await self._call(run)
 
+    async def release(self, job_ids: list[str]) -> int:
+        """Jobs a stopping worker held: queued again, their attempt not counted. How many were still running."""
+        def run() -> int:
+            return self.conn.executemany(
+                "UPDATE jobs SET status = 'queued', attempts = max(attempts - 1, 0) WHERE id = ?"
+                " AND status = 'running'", [(job_id,) for job_id in job_ids]).rowcount
+        return await self._call(run)
+
     async def claim_next(self, max_attempts: int) -> JobRecord | None:
         """The oldest queued job, marked running (atomic); jobs that used up their attempts are failed."""
         def run() -> JobRecord | None:
