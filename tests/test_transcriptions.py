@@ -22,7 +22,7 @@ import numpy as np
 import openai
 import pytest
 
-from models.batch_stt import BatchedWhisper, FileSegment
+from models.batch_stt import BatchedWhisper, FileSegment, TimedWord, group_into_cues
 from pipelines.batch.engine import EngineBusy, TranscriptionEngine
 from pipelines.batch.formats import Transcript, as_text
 from tests.support.speech_files import spoken, wav_bytes, words
@@ -420,3 +420,25 @@ def test_srt_and_vtt_follow_their_specs_for_awkward_cues():
         "00:00:00.500 --> 00:00:00.501\nYes.\n\n"
         "00:00:01.000 --> 00:00:02.500\nTom &amp; Jerry &lt;b&gt;-&gt; bold\n\n"
         "01:00:01.000 --> 01:00:02.250\nAn hour later.\n\n")
+
+
+def test_words_are_grouped_into_cues_at_pauses_sentence_ends_and_the_length_limit():
+    def said(*timed: tuple[float, float, str]) -> list[TimedWord]:
+        return [TimedWord(start, end, f" {word}") for start, end, word in timed]
+
+    def texts(cues: list[list[TimedWord]]) -> list[str]:
+        return ["".join(w.word for w in cue).strip() for cue in cues]
+
+    # a sentence end, then a pause of 0.5 s, end a cue; a short pause does not
+    assert texts(group_into_cues(said((0, .3, "Hi."), (.4, .6, "Come"), (.7, 1, "here"), (1.5, 2, "now")))) == [
+        "Hi.", "Come here", "now"]
+    # one long run of words without pauses: cut before the word that would pass max_cue_s, after a comma once
+    # the cue is half that long
+    run = said(*((i * 0.4, i * 0.4 + 0.35, f"w{i}," if i == 9 else f"w{i}") for i in range(30)))
+    cues = group_into_cues(run, max_cue_s=6.0)
+    assert [w for cue in cues for w in cue] == run  # every word once, in order
+    assert all(cue[-1].end - cue[0].start <= 6.0 for cue in cues)
+    assert texts(cues)[0] == " ".join(f"w{i}" for i in range(9)) + " w9,"  # 3.95 s >= 3 s: the comma ends it
+    assert group_into_cues([]) == []
+    long_word = said((0, 8, "Mmmmmmmm"))  # longer than the limit on its own: still one cue
+    assert group_into_cues(long_word, max_cue_s=6.0) == [long_word]
