@@ -12,7 +12,6 @@ import functools
 import json
 import logging
 import math
-import secrets
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable
@@ -153,7 +152,7 @@ _batch_models_lock = threading.Lock()
 
 @dataclass
 class Upload:
-    path: Path | None = None
+    path: Path | BinaryIO | None = None  # where the 'file' part went
     filename: str = "audio"
     size: int = 0
     fields: dict[str, list[str]] = field(default_factory=dict)
@@ -165,8 +164,10 @@ class Upload:
         return values[0] if values else None
 
 
-async def _read_upload(request: web.Request, destination: Path, limit: int, allowed: frozenset[str]) -> Upload:
-    """Stream a multipart form to disk (the 'file' part) and memory (the other fields), enforcing ``limit``."""
+async def _read_upload(request: web.Request, destination: Path | BinaryIO, limit: int,
+                       allowed: frozenset[str]) -> Upload:
+    """Stream a multipart form to disk (the 'file' part, into a path or an open file) and memory (the other
+    fields), enforcing ``limit``."""
     if not request.content_type.startswith("multipart/form-data"):
         raise Rejected(400, "send the audio as multipart/form-data with a 'file' part and a 'model' field")
     if request.content_length is not None and request.content_length > limit + MAX_FIELD_BYTES:
@@ -199,10 +200,10 @@ async def _read_upload(request: web.Request, destination: Path, limit: int, allo
     return upload
 
 
-async def _save_part(part: BodyPartReader, destination: Path, limit: int) -> int:
+async def _save_part(part: BodyPartReader, destination: Path | BinaryIO, limit: int) -> int:
     size = 0
     pending = bytearray()
-    out: BinaryIO = await asyncio.to_thread(destination.open, "wb")
+    out: BinaryIO = await asyncio.to_thread(destination.open, "wb") if isinstance(destination, Path) else destination
     try:
         while chunk := await part.read_chunk(1 << 16):
             size += len(chunk)
@@ -215,7 +216,8 @@ async def _save_part(part: BodyPartReader, destination: Path, limit: int) -> int
                 pending.clear()
         await asyncio.to_thread(out.write, bytes(pending))
     finally:
-        await asyncio.to_thread(out.close)
+        if isinstance(destination, Path):
+            await asyncio.to_thread(out.close)
     if size == 0:
         raise Rejected(400, "the uploaded file is empty", param="file")
     return size
@@ -234,16 +236,15 @@ async def _read_field(part: BodyPartReader, name: str) -> str:
 
 
 class _TemporaryUpload:
-    """A path in the system's temporary directory for a direct request's upload, removed afterwards."""
+    """An anonymous temporary file for a direct request's upload: it has no name on disk, so nothing is left
+    behind however the request or the server ends (even killed)."""
 
-    def __init__(self) -> None:
-        self.path = Path(tempfile.gettempdir()) / f"vigil-upload-{secrets.token_hex(8)}"
-
-    async def __aenter__(self) -> Path:
-        return self.path
+    async def __aenter__(self) -> BinaryIO:
+        self.file: BinaryIO = await asyncio.to_thread(tempfile.TemporaryFile, prefix="vigil-upload-")
+        return self.file
 
     async def __aexit__(self, *exc: object) -> None:
-        await asyncio.to_thread(self.path.unlink, True)
+        await asyncio.to_thread(self.file.close)
 
 
 # ---------------------------------------------------------------- transcription parameters
@@ -323,6 +324,7 @@ async def create_transcription(request: web.Request) -> web.StreamResponse:
     config = services.settings.transcription
     async with _TemporaryUpload() as path:
         upload = await _read_upload(request, path, config.max_upload_bytes, TRANSCRIPTION_FIELDS)
+        await asyncio.to_thread(path.flush)
         params = await _transcription_params(services, upload)
         try:
             transcript = await services.engine.transcribe_file(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import av
 import numpy as np
@@ -19,8 +20,9 @@ class AudioTooLong(AudioDecodeError):
     """The audio is longer than the limit given (for a direct request: submit it as a job instead)."""
 
 
-def decode_audio_file(path: str | Path, max_seconds: float | None = None) -> np.ndarray:
-    """Decode the first audio stream of ``path``. BLOCKING (run it on a worker thread).
+def decode_audio_file(path: str | Path | BinaryIO, max_seconds: float | None = None) -> np.ndarray:
+    """Decode the first audio stream of ``path`` (or of an open binary file, read from its start). BLOCKING (run
+    it on a worker thread).
 
     Raises :class:`AudioDecodeError` with a message fit for the client when the file is unreadable, has no
     audio stream, holds no samples, or is longer than ``max_seconds`` (:class:`AudioTooLong`, checked while
@@ -31,17 +33,19 @@ def decode_audio_file(path: str | Path, max_seconds: float | None = None) -> np.
     return np.clip(samples, -1.0, 1.0)
 
 
-def audio_duration(path: str | Path, max_seconds: float | None = None) -> float:
+def audio_duration(path: str | Path | BinaryIO, max_seconds: float | None = None) -> float:
     """Seconds of audio in ``path``, found by decoding it all (container durations can lie) without keeping the
     samples: a multi-hour upload is checked in constant memory. BLOCKING; raises as :func:`decode_audio_file`."""
     return sum(chunk.size for chunk in _decoded_chunks(path, max_seconds)) / SAMPLE_RATE
 
 
-def _decoded_chunks(path: str | Path, max_seconds: float | None) -> Iterator[np.ndarray]:
+def _decoded_chunks(path: str | Path | BinaryIO, max_seconds: float | None) -> Iterator[np.ndarray]:
     """The samples of the first audio stream, piece by piece; at least one non-empty piece or an error."""
     limit = None if max_seconds is None else int(max_seconds * SAMPLE_RATE)
+    if not isinstance(path, (str, Path)):
+        path.seek(0)
     try:
-        container = av.open(str(path), mode="r")
+        container = av.open(str(path) if isinstance(path, (str, Path)) else path, mode="r")
     except (av.error.FFmpegError, UnicodeDecodeError) as exc:
         raise AudioDecodeError(f"not a readable audio file ({_reason(exc)})") from None
     total = 0

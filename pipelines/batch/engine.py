@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 
@@ -136,9 +136,10 @@ class TranscriptionEngine:
         return await self._request(audio_duration, path, max_seconds, executor=self._probe_executor)
 
     async def transcribe_file(
-        self, path: Path, *, language: str | None, prompt: str | None, temperature: float, max_seconds: float
+        self, path: Path | BinaryIO, *, language: str | None, prompt: str | None, temperature: float,
+        max_seconds: float,
     ) -> Transcript:
-        """A direct request: decode and transcribe ``path`` now (on the request thread).
+        """A direct request: decode and transcribe ``path`` (or an open file) now (on the request thread).
         Raises AudioDecodeError, ValueError (an unavailable language) or EngineBusy."""
         model = await self.model()
         model.check_language(language)
