@@ -13,17 +13,20 @@ worker thread. Calls are thread-safe (CTranslate2 runs up to ``num_workers`` at 
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from models.packaged import ModelNotAvailable
-from models.stt import SAMPLE_RATE, DeviceNotAvailable, resolve_model_dir
+from models.stt import SAMPLE_RATE, as_mono_float, load_whisper
 
 WHISPER_MAX_CHUNK_S = 30.0  # Whisper's window: a longer chunk would be cut off
+DEFAULT_MAX_CUE_S = 6.0  # a subtitle cue longer than this is cut at the next word
+CUE_PAUSE_S = 0.5  # a silence this long between two words ends a cue
+SENTENCE_END = (".", "?", "!", "。", "？", "！")
+CLAUSE_END = (",", ";", ":", "、", "，")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +42,18 @@ class AudioChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class TimedWord:
+    """One word as Whisper aligned it (cross-attention); ``word`` keeps its leading space."""
+
+    start: float
+    end: float
+    word: str
+
+
+@dataclass(frozen=True, slots=True)
 class FileSegment:
-    """One decoded segment; times are seconds from the start of the file."""
+    """One decoded segment (a subtitle cue: a few seconds, sentence-ish); times are seconds from the start of
+    the file. ``words``: its words with their times (empty in results stored before words were kept)."""
 
     start: float
     end: float
@@ -50,15 +63,18 @@ class FileSegment:
     no_speech_prob: float
     compression_ratio: float
     temperature: float
+    words: tuple[TimedWord, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["tokens"] = list(self.tokens)
+        data["words"] = [[w.start, w.end, w.word] for w in self.words]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FileSegment:
-        return cls(**{**data, "tokens": tuple(data["tokens"])})
+        words = tuple(TimedWord(float(s), float(e), str(w)) for s, e, w in data.get("words", ()))
+        return cls(**{**data, "tokens": tuple(data["tokens"]), "words": words})
 
 
 class BatchedWhisper:
@@ -78,28 +94,9 @@ class BatchedWhisper:
         cpu_threads: int | None = None,
         num_workers: int = 1,
     ) -> None:
-        if device not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
-        self.name, self.model_dir = resolve_model_dir(model_dir)
-        self.device = device
-        self.compute_type = compute_type or ("float16" if device == "cuda" else "int8")
-        import ctranslate2
-        from faster_whisper import WhisperModel
-
-        if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
-            raise DeviceNotAvailable("STT device 'cuda' requested but CTranslate2 finds no CUDA device here")
-        try:
-            self._model = WhisperModel(
-                str(self.model_dir),
-                device=device,
-                compute_type=self.compute_type,
-                cpu_threads=cpu_threads if cpu_threads is not None else min(4, os.cpu_count() or 1),
-                num_workers=max(1, num_workers),
-                local_files_only=True,
-            )
-        except (RuntimeError, ValueError, OSError) as exc:
-            kind = DeviceNotAvailable if device == "cuda" else ModelNotAvailable
-            raise kind(f"cannot load Whisper {self.name!r} from {self.model_dir} on {device}: {exc}") from exc
+        loaded = load_whisper(model_dir, device, compute_type, cpu_threads, num_workers)
+        self.name, self.model_dir, self.device = loaded.name, loaded.model_dir, device
+        self.compute_type, self._model = loaded.compute_type, loaded.model
         self.multilingual: bool = bool(self._model.model.is_multilingual)
 
     def check_language(self, language: str | None) -> None:
@@ -121,7 +118,7 @@ class BatchedWhisper:
         from faster_whisper.vad import VadOptions, get_speech_timestamps
 
         max_chunk_s = min(max_chunk_s, WHISPER_MAX_CHUNK_S)
-        samples = _as_mono_float(audio)
+        samples = as_mono_float(audio)
         if samples.size == 0:
             return []
         regions = get_speech_timestamps(
@@ -146,21 +143,22 @@ class BatchedWhisper:
         batch_size: int = 8,
         initial_prompt: str | None = None,
         temperature: float = 0.0,
+        max_cue_s: float = DEFAULT_MAX_CUE_S,
     ) -> tuple[list[list[FileSegment]], str]:
         """Decode ``chunks`` of ``audio`` in batches of ``batch_size``: (segments per chunk, language). Blocking.
 
-        Greedy decoding without timestamp tokens: each chunk gives one segment spanning the chunk (times in
-        seconds from the start of ``audio``). Timestamp mode would give finer segments, but in a batch there is
-        no second pass over what the model leaves out: Whisper often stops at its last timestamp before the end
-        of a long chunk, and those words would be lost (sequential decoding seeks there and decodes again).
-        Shorter chunks (``max_chunk_s`` in :meth:`plan`) give finer segments (subtitle cues).
+        Greedy decoding without timestamp tokens, with word timestamps (cross-attention alignment): each chunk's
+        text is then cut into cues (:func:`group_into_cues`) at pauses, sentence ends and ``max_cue_s``, so the
+        segments are readable subtitles while every decoded word lands in exactly one of them. Timestamp tokens
+        would also give finer segments, but in a batch there is no second pass over what the model leaves out:
+        Whisper often stops at its last timestamp before the end of a long chunk, and those words would be lost.
         """
         self.check_language(language)
         if not chunks:
             return [], language or "en"
         from faster_whisper import BatchedInferencePipeline
 
-        samples = _as_mono_float(audio)
+        samples = as_mono_float(audio)
         duration = samples.size / SAMPLE_RATE
         pipeline = BatchedInferencePipeline(self._model)  # cheap; holds per-call state, so one per call
         segments, info = pipeline.transcribe(
@@ -172,6 +170,7 @@ class BatchedWhisper:
             beam_size=1,
             temperature=temperature,
             without_timestamps=True,
+            word_timestamps=True,
             initial_prompt=initial_prompt,
         )
         per_chunk: list[list[FileSegment]] = [[] for _ in chunks]
@@ -180,13 +179,24 @@ class BatchedWhisper:
             # `seek` is the frame offset of the chunk the segment came from
             index = _nearest(starts, segment.seek)
             chunk = chunks[index]
-            start = min(max(float(segment.start), chunk.start), chunk.end)  # Whisper may overshoot the chunk
-            per_chunk[index].append(FileSegment(
-                start=start, end=min(max(float(segment.end), start), chunk.end), text=segment.text.strip(),
-                tokens=tuple(int(t) for t in segment.tokens), avg_logprob=float(segment.avg_logprob),
-                no_speech_prob=float(segment.no_speech_prob), compression_ratio=float(segment.compression_ratio),
-                temperature=float(segment.temperature or 0.0),
-            ))
+            whole = FileSegment(
+                start=_clamp(float(segment.start), chunk), end=_clamp(float(segment.end), chunk),
+                text=segment.text.strip(), tokens=tuple(int(t) for t in segment.tokens),
+                avg_logprob=float(segment.avg_logprob), no_speech_prob=float(segment.no_speech_prob),
+                compression_ratio=float(segment.compression_ratio), temperature=float(segment.temperature or 0.0),
+            )
+            words = _monotonic([TimedWord(_clamp(float(w.start), chunk), _clamp(float(w.end), chunk), w.word)
+                                for w in segment.words or ()])
+            if not words:  # nothing aligned (no speech): keep the segment as it is
+                per_chunk[index].append(whole)
+                continue
+            for cue_words in group_into_cues(words, max_cue_s):
+                text = "".join(w.word for w in cue_words).strip()
+                per_chunk[index].append(dataclasses.replace(
+                    whole, start=cue_words[0].start, end=cue_words[-1].end, text=text, words=tuple(cue_words),
+                    # the cue's own tokens (Whisper's tokenizer), so verbose_json's tokens match its text
+                    tokens=tuple(self._model.hf_tokenizer.encode(" " + text, add_special_tokens=False).ids),
+                ))
         return per_chunk, info.language
 
     def warm_up(self) -> None:
@@ -195,13 +205,45 @@ class BatchedWhisper:
         self.transcribe_chunks(silence, [AudioChunk(0.0, 1.0)])
 
 
+def group_into_cues(words: list[TimedWord], max_cue_s: float = DEFAULT_MAX_CUE_S) -> list[list[TimedWord]]:
+    """Cut a run of words into subtitle cues, each word in exactly one cue, in order.
+
+    A cue ends after a sentence end (``.?!``), before a pause of ``CUE_PAUSE_S`` or more, after a clause end
+    (``,;:``) once it is half of ``max_cue_s`` long, and before a word that would take it past ``max_cue_s``
+    (a single word longer than that still makes one cue).
+    """
+    cues: list[list[TimedWord]] = []
+    current: list[TimedWord] = []
+    for word in words:
+        if current:
+            previous = current[-1].word.rstrip()
+            if (previous.endswith(SENTENCE_END)
+                    or word.start - current[-1].end >= CUE_PAUSE_S
+                    or word.end - current[0].start > max_cue_s
+                    or (previous.endswith(CLAUSE_END) and current[-1].end - current[0].start >= max_cue_s / 2)):
+                cues.append(current)
+                current = []
+        current.append(word)
+    if current:
+        cues.append(current)
+    return cues
+
+
+def _clamp(seconds: float, chunk: AudioChunk) -> float:
+    return min(max(seconds, chunk.start), chunk.end)  # Whisper may overshoot the chunk
+
+
+def _monotonic(words: list[TimedWord]) -> list[TimedWord]:
+    """Words whose times never go back (alignment can jitter), so cues never overlap."""
+    out: list[TimedWord] = []
+    floor = 0.0
+    for word in words:
+        start = max(word.start, floor)
+        end = max(word.end, start)
+        out.append(TimedWord(start, end, word.word))
+        floor = end
+    return out
+
+
 def _nearest(values: list[int], target: int) -> int:
     return min(range(len(values)), key=lambda i: abs(values[i] - target))
-
-
-def _as_mono_float(audio: np.ndarray) -> np.ndarray:
-    if not np.issubdtype(audio.dtype, np.floating):
-        raise TypeError(f"Whisper takes float audio in [-1, 1], got {audio.dtype} (scale int16 by 1/32768)")
-    if audio.ndim != 1:
-        raise ValueError(f"Whisper takes mono 1-D audio at 16 kHz, got shape {audio.shape}")
-    return np.ascontiguousarray(audio, dtype=np.float32)

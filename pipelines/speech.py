@@ -76,18 +76,23 @@ def _filter(pcm: np.ndarray, rate: int, stages: list[tuple[str, str]], out_rate:
     return np.concatenate(out).astype(np.int16) if out else np.zeros(0, np.int16)
 
 
+def wav_bytes(pcm: np.ndarray, rate: int) -> bytes:
+    """int16 mono samples as a complete 16-bit PCM WAV file."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(pcm.astype("<i2").tobytes())
+    return buffer.getvalue()
+
+
 def encode(pcm: np.ndarray, rate: int, response_format: str) -> bytes:
     """int16 mono samples at ``rate`` as a complete file (or raw pcm) in ``response_format``."""
     if response_format == "pcm":
         return resample(pcm, rate, PCM_RATE).astype("<i2").tobytes()
     if response_format == "wav":
-        buffer = io.BytesIO()
-        with wave.open(buffer, "wb") as out:
-            out.setnchannels(1)
-            out.setsampwidth(2)
-            out.setframerate(rate)
-            out.writeframes(pcm.astype("<i2").tobytes())
-        return buffer.getvalue()
+        return wav_bytes(pcm, rate)
     container_format, codec = _CONTAINERS[response_format]
     if response_format == "opus":
         pcm, rate = resample(pcm, rate, OPUS_RATE), OPUS_RATE

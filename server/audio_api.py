@@ -12,7 +12,6 @@ import functools
 import json
 import logging
 import math
-import secrets
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable
@@ -24,10 +23,10 @@ from aiohttp import BodyPartReader, web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from models.batch_stt import BatchedWhisper
-from pipelines.batch.decode import AudioDecodeError
+from pipelines.batch.decode import AudioDecodeError, AudioTooLong
 from pipelines.batch.engine import EngineBusy, TranscriptionEngine
 from pipelines.batch.formats import CONTENT_TYPES, RESPONSE_FORMATS, Transcript, as_json, as_text
-from pipelines.batch.jobs import JobQueue, JobStoreInUse, QueueFull
+from pipelines.batch.jobs import JobQueue, JobStoreInUse, JobStoreUnavailable, QueueFull
 from pipelines.batch.store import JobRecord
 from pipelines.speech import CONTENT_TYPES as SPEECH_CONTENT_TYPES
 from pipelines.speech import SpeechBusy, SpeechSynthesizer
@@ -66,6 +65,13 @@ def _openai_errors(handler: Callable[[web.Request], Awaitable[web.StreamResponse
             if rejected.retry_after_s is not None:
                 response.headers["Retry-After"] = str(rejected.retry_after_s)
             return response
+        except web.HTTPException:
+            raise  # the app's error middleware answers these
+        except Exception:  # a bug or a broken disk: still OpenAI's shape, the details in the log
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            HTTP_ERRORS.labels(status="500", code="internal").inc()
+            return openai_error(500, "internal server error; see the server log", type="server_error",
+                                code="internal")
     return wrapped
 
 
@@ -99,7 +105,8 @@ class AudioServices:
                 return _batch_models[key]
 
         engine = TranscriptionEngine(load_model, job_threads=config.workers, batch_size=config.batch_size,
-                                     max_chunk_s=config.max_chunk_s, max_pending_requests=config.max_pending_requests,
+                                     max_chunk_s=config.max_chunk_s, max_cue_s=config.max_cue_s,
+                                     max_pending_requests=config.max_pending_requests,
                                      nice=config.nice)
         jobs = JobQueue(config.data_dir, engine, workers=config.workers, max_active_jobs=config.max_active_jobs,
                         max_attempts=config.max_attempts, max_audio_s=config.max_job_audio_s)
@@ -114,6 +121,9 @@ class AudioServices:
                     await self.jobs.start()
                 except JobStoreInUse as in_use:
                     raise Rejected(503, str(in_use), type="server_error", code="job_store_in_use") from None
+                except JobStoreUnavailable as unavailable:
+                    log.error("%s", unavailable)
+                    raise Rejected(503, str(unavailable), type="server_error", code="job_store_unavailable") from None
             return self.jobs
 
     async def speech(self) -> SpeechSynthesizer:
@@ -142,7 +152,7 @@ _batch_models_lock = threading.Lock()
 
 @dataclass
 class Upload:
-    path: Path | None = None
+    path: Path | BinaryIO | None = None  # where the 'file' part went
     filename: str = "audio"
     size: int = 0
     fields: dict[str, list[str]] = field(default_factory=dict)
@@ -154,8 +164,10 @@ class Upload:
         return values[0] if values else None
 
 
-async def _read_upload(request: web.Request, destination: Path, limit: int, allowed: frozenset[str]) -> Upload:
-    """Stream a multipart form to disk (the 'file' part) and memory (the other fields), enforcing ``limit``."""
+async def _read_upload(request: web.Request, destination: Path | BinaryIO, limit: int,
+                       allowed: frozenset[str]) -> Upload:
+    """Stream a multipart form to disk (the 'file' part, into a path or an open file) and memory (the other
+    fields), enforcing ``limit``."""
     if not request.content_type.startswith("multipart/form-data"):
         raise Rejected(400, "send the audio as multipart/form-data with a 'file' part and a 'model' field")
     if request.content_length is not None and request.content_length > limit + MAX_FIELD_BYTES:
@@ -188,10 +200,10 @@ async def _read_upload(request: web.Request, destination: Path, limit: int, allo
     return upload
 
 
-async def _save_part(part: BodyPartReader, destination: Path, limit: int) -> int:
+async def _save_part(part: BodyPartReader, destination: Path | BinaryIO, limit: int) -> int:
     size = 0
     pending = bytearray()
-    out: BinaryIO = await asyncio.to_thread(destination.open, "wb")
+    out: BinaryIO = await asyncio.to_thread(destination.open, "wb") if isinstance(destination, Path) else destination
     try:
         while chunk := await part.read_chunk(1 << 16):
             size += len(chunk)
@@ -204,7 +216,8 @@ async def _save_part(part: BodyPartReader, destination: Path, limit: int) -> int
                 pending.clear()
         await asyncio.to_thread(out.write, bytes(pending))
     finally:
-        await asyncio.to_thread(out.close)
+        if isinstance(destination, Path):
+            await asyncio.to_thread(out.close)
     if size == 0:
         raise Rejected(400, "the uploaded file is empty", param="file")
     return size
@@ -223,16 +236,15 @@ async def _read_field(part: BodyPartReader, name: str) -> str:
 
 
 class _TemporaryUpload:
-    """A path in the system's temporary directory for a direct request's upload, removed afterwards."""
+    """An anonymous temporary file for a direct request's upload: it has no name on disk, so nothing is left
+    behind however the request or the server ends (even killed)."""
 
-    def __init__(self) -> None:
-        self.path = Path(tempfile.gettempdir()) / f"vigil-upload-{secrets.token_hex(8)}"
-
-    async def __aenter__(self) -> Path:
-        return self.path
+    async def __aenter__(self) -> BinaryIO:
+        self.file: BinaryIO = await asyncio.to_thread(tempfile.TemporaryFile, prefix="vigil-upload-")
+        return self.file
 
     async def __aexit__(self, *exc: object) -> None:
-        await asyncio.to_thread(self.path.unlink, True)
+        await asyncio.to_thread(self.file.close)
 
 
 # ---------------------------------------------------------------- transcription parameters
@@ -245,6 +257,7 @@ class TranscriptionParams:
     prompt: str | None
     response_format: str
     temperature: float
+    word_timestamps: bool = False
 
 
 async def _transcription_params(services: AudioServices, upload: Upload) -> TranscriptionParams:
@@ -281,16 +294,19 @@ async def _transcription_params(services: AudioServices, upload: Upload) -> Tran
             raise Rejected(400, f"temperature must be a number from 0 to 1, not '{raw}'", param="temperature")
     granularities = upload.fields.get("timestamp_granularities[]", []) + upload.fields.get(
         "timestamp_granularities", [])
-    if any(g != "segment" for g in granularities):
-        raise Rejected(400, "only 'segment' timestamp granularity is available (no word timestamps)",
+    if any(g not in ("segment", "word") for g in granularities):
+        raise Rejected(400, f"timestamp_granularities takes 'segment' and 'word', not {granularities}",
+                       param="timestamp_granularities")
+    if granularities and response_format != "verbose_json":
+        raise Rejected(400, "timestamp_granularities needs response_format 'verbose_json'",
                        param="timestamp_granularities")
     if (upload.one("stream") or "false").lower() not in ("false", "0"):
         raise Rejected(400, "streamed transcription is not available; omit 'stream'", param="stream")
-    return TranscriptionParams(model_name, language, prompt, response_format, temperature)
+    return TranscriptionParams(model_name, language, prompt, response_format, temperature, "word" in granularities)
 
 
-def _transcript_response(transcript: Transcript, response_format: str) -> web.Response:
-    body = as_json(transcript, response_format)
+def _transcript_response(transcript: Transcript, response_format: str, words: bool = False) -> web.Response:
+    body = as_json(transcript, response_format, words=words)
     if body is not None:
         if response_format == "json":
             body["usage"] = {"type": "duration", "seconds": math.ceil(transcript.duration)}
@@ -308,20 +324,21 @@ async def create_transcription(request: web.Request) -> web.StreamResponse:
     config = services.settings.transcription
     async with _TemporaryUpload() as path:
         upload = await _read_upload(request, path, config.max_upload_bytes, TRANSCRIPTION_FIELDS)
+        await asyncio.to_thread(path.flush)
         params = await _transcription_params(services, upload)
         try:
             transcript = await services.engine.transcribe_file(
                 path, language=params.language, prompt=params.prompt, temperature=params.temperature,
                 max_seconds=config.max_request_audio_s)
+        except AudioTooLong as error:
+            raise Rejected(400, f"{error}; submit it as a job: POST /v1/audio/transcriptions/jobs",
+                           param="file", code="audio_too_long") from None
         except AudioDecodeError as error:
-            if "longer than the limit" in str(error):
-                raise Rejected(400, f"{error}; submit it as a job: POST /v1/audio/transcriptions/jobs",
-                               param="file", code="audio_too_long") from None
             raise Rejected(400, f"the uploaded file is not usable audio: {error}", param="file",
                            code="invalid_audio") from None
         except EngineBusy as busy:
             raise _busy(str(busy)) from None
-    return _transcript_response(transcript, params.response_format)
+    return _transcript_response(transcript, params.response_format, params.word_timestamps)
 
 
 # ---------------------------------------------------------------- handlers: jobs
@@ -371,6 +388,8 @@ async def create_transcription_job(request: web.Request) -> web.StreamResponse:
         raise _busy(str(full)) from None
     except EngineBusy as busy:
         raise _busy(str(busy)) from None
+    except AudioTooLong as error:
+        raise Rejected(400, str(error), param="file", code="audio_too_long") from None
     except AudioDecodeError as error:
         raise Rejected(400, f"the uploaded file is not usable audio: {error}", param="file",
                        code="invalid_audio") from None
@@ -427,7 +446,10 @@ async def cancel_transcription_job(request: web.Request) -> web.StreamResponse:
     if not job.active:
         raise Rejected(409, f"job '{job.id}' is already {job.status}", code="job_not_active")
     cancelled = await jobs.cancel(job.id)
-    assert cancelled is not None
+    if cancelled is None:  # deleted meanwhile
+        raise Rejected(404, f"no transcription job '{job.id}'", code="job_not_found")
+    if cancelled.status != "cancelled":  # it ended meanwhile
+        raise Rejected(409, f"job '{job.id}' is already {cancelled.status}", code="job_not_active")
     return web.json_response(_job_body(cancelled))
 
 

@@ -218,6 +218,7 @@ class TranscriptionSettings(Section):
     model_aliases: list[str] = Field(
         default_factory=lambda: ["whisper-1"], description="Model names accepted besides the loaded model's own."
     )
+    max_cue_s: float = Field(6.0, ge=1, le=30, description="Longest segment / subtitle cue (cut at word times).")
 
 
 class SpeechSettings(Section):

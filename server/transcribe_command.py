@@ -1,9 +1,12 @@
-"""``vigil transcribe FILE...``: transcribe files in-process with the batch pipeline, with a progress bar."""
+"""``vigil transcribe FILE...``: transcribe files with the batch pipeline, with a progress bar: in-process (the
+default), or with ``--url`` as jobs of a running server (``/v1/audio/transcriptions/jobs``), the progress read
+from each job's status."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +16,8 @@ from server.config import load_settings
 
 
 def add_transcribe_command(commands: Any, add_config_arg: Callable[[argparse.ArgumentParser], None]) -> None:
-    transcribe = commands.add_parser("transcribe", help="transcribe audio files in-process (batched Whisper)")
+    transcribe = commands.add_parser(
+        "transcribe", help="transcribe audio files in-process (batched Whisper), or as jobs of a server (--url)")
     add_config_arg(transcribe)
     transcribe.add_argument("files", type=Path, nargs="+", metavar="FILE")
     transcribe.add_argument("-f", "--response-format", default="text",
@@ -24,11 +28,22 @@ def add_transcribe_command(commands: Any, add_config_arg: Callable[[argparse.Arg
     transcribe.add_argument("--prompt", help="text that steers spelling and style")
     transcribe.add_argument("--batch-size", type=int, help="chunks decoded per batch (transcription.batch_size)")
     transcribe.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    transcribe.add_argument("--url", help="submit the files as jobs to the Vigil server at this base URL "
+                            "(e.g. http://127.0.0.1:8080) instead of transcribing in-process")
+    transcribe.add_argument("--api-key", default=os.environ.get("VIGIL_API_KEY"),
+                            help="the server's Bearer token (--url; default: $VIGIL_API_KEY)")
+    transcribe.add_argument("--model", default="whisper-1", help="model name sent to the server (--url)")
+    transcribe.add_argument("--poll-interval", type=float, default=1.0, help="seconds between job status reads "
+                            "(--url)")
     transcribe.set_defaults(run=run_transcribe)
 
 
 def run_transcribe(args: argparse.Namespace) -> int:
-    """Transcribe files in-process with the batch pipeline (VAD-cut chunks decoded in batches)."""
+    """Transcribe files in-process with the batch pipeline (VAD-cut chunks decoded in batches), or with a server."""
+    if args.url:
+        from server.transcribe_remote import run_remote_transcribe
+
+        return run_remote_transcribe(args)
     from tqdm import tqdm
 
     from models.batch_stt import BatchedWhisper
@@ -60,6 +75,7 @@ def run_transcribe(args: argparse.Namespace) -> int:
                   disable=args.quiet, bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} s [{elapsed}<{remaining}]") as bar:
             transcript = transcribe_audio(model, audio, language=args.language, prompt=args.prompt,
                                           batch_size=config.batch_size, max_chunk_s=config.max_chunk_s,
+                                          max_cue_s=config.max_cue_s,
                                           on_progress=lambda seconds: bar.update(seconds))
         body = as_json(transcript, args.response_format)
         if body is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -21,7 +22,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from models.batch_stt import AudioChunk, FileSegment
+from models.batch_stt import AudioChunk, BatchedWhisper, FileSegment
+from pipelines.batch.engine import TranscriptionEngine
+from pipelines.batch.jobs import JobQueue
 from pipelines.batch.store import JobRecord, JobStore
 from server.config import ConfigError, load_settings
 from tests.support.rtsp import free_port
@@ -146,6 +149,7 @@ async def test_a_job_killed_midway_completes_after_restart(tmp_path: Path, http,
     config = tmp_path / "vigil.yaml"
     config.write_text(
         f"auth: {{token: {TOKEN}}}\n"
+        "api: {rate_limit: null}\n"  # the test polls the job's status often
         "webrtc: {host_addresses: ['127.0.0.1']}\n"
         "voice: {enabled: false}\n"
         "models: {detector: {backend: none}}\n"
@@ -231,6 +235,7 @@ async def test_job_lifecycle(server, http, short_wav: bytes):
     async with http.get(base, params={"status": "completed"}) as response:
         listed = await response.json()
     assert [j["id"] for j in listed["data"]] == [job["id"]] and "result" not in listed["data"][0]
+    assert listed["data"][0]["progress"] == done["progress"] and done["progress"]["audio_seconds_done"] > 0
     async with http.get(f"{server.url}/metrics") as response:
         metrics = await response.text()
     assert 'vigil_transcription_jobs_total{status="completed"}' in metrics
@@ -292,6 +297,14 @@ async def test_bad_job_submissions(server, http, short_wav: bytes):
     assert not list((Path(server.settings.transcription.data_dir) / "audio").iterdir())  # refused uploads removed
 
 
+async def test_a_job_longer_than_the_limit_is_refused(vigil, tmp_path: Path, http, short_wav: bytes):
+    server = await vigil(auth={"token": TOKEN}, transcription={"data_dir": str(tmp_path / "jobs"),
+                                                               "max_job_audio_s": 2.0})
+    status, body = await submit(http, server.url, short_wav)
+    assert status == 400 and body["error"]["code"] == "audio_too_long" and "2 s" in body["error"]["message"]
+    assert not list((tmp_path / "jobs" / "audio").iterdir())
+
+
 async def test_one_server_per_job_directory(vigil, tmp_path: Path, http, short_wav: bytes):
     # Two servers on one directory would re-queue each other's running jobs: the second is refused.
     shared = {"data_dir": str(tmp_path / "shared")}
@@ -302,6 +315,68 @@ async def test_one_server_per_job_directory(vigil, tmp_path: Path, http, short_w
     assert status == 503 and body["error"]["code"] == "job_store_in_use"
     assert "transcription.data_dir" in body["error"]["message"]
     assert (await wait_for(http, first.url, job["id"], ("completed",)))["status"] == "completed"
+
+
+async def test_a_corrupt_job_database_is_a_clear_503_and_the_rest_still_works(vigil, tmp_path: Path, http,
+                                                                              short_wav: bytes):
+    data_dir = tmp_path / "jobs"
+    data_dir.mkdir()
+    (data_dir / "jobs.sqlite3").write_bytes(b"this is not an SQLite database, " * 100)
+    server = await vigil(auth={"token": TOKEN}, transcription={"data_dir": str(data_dir)})  # it starts anyway
+    for _ in range(2):  # each request tries again (nothing stays locked), and says why it cannot
+        status, body = await submit(http, server.url, short_wav)
+        assert status == 503 and body["error"]["code"] == "job_store_unavailable", body
+        assert "jobs.sqlite3" in body["error"]["message"] or str(data_dir) in body["error"]["message"]
+        assert set(body["error"]) == {"message", "type", "param", "code"}
+    form = aiohttp.FormData()
+    form.add_field("file", short_wav, filename="a.wav")
+    form.add_field("model", "whisper-1")
+    async with http.post(f"{server.url}/v1/audio/transcriptions", data=form) as response:
+        assert response.status == 200  # direct transcription does not need the job store
+        assert_heard((await response.json())["text"], SHORT_SENTENCES)
+    (data_dir / "jobs.sqlite3").unlink()  # repaired: the next request opens a fresh store
+    status, job = await submit(http, server.url, short_wav)
+    assert status == 202 and (await wait_for(http, server.url, job["id"], ("completed",)))["status"] == "completed"
+
+
+async def test_a_graceful_stop_puts_the_running_job_back_without_using_an_attempt(tmp_path: Path, long_wav: bytes):
+    # A deploy (SIGTERM) in the middle of a long job is not the job's fault: it must not count towards
+    # max_attempts, or a few restarts would fail a long job that never crashed anything.
+    engine = TranscriptionEngine(BatchedWhisper, batch_size=1, max_chunk_s=4)
+    upload = tmp_path / "long.wav"
+    queue = JobQueue(tmp_path / "jobs", engine, max_attempts=1)
+    await queue.start()
+    upload.write_bytes(long_wav)
+    job = await queue.submit(upload, filename="long.wav", duration=len(long_wav) / 32_000, model="whisper-1",
+                             language="en", prompt=None)
+    while (running := await queue.get(job.id)).chunks_done < 1:
+        assert running.status in ("queued", "running"), running
+        await asyncio.sleep(0.05)
+    await queue.close()
+    stopped = await stored_job(tmp_path / "jobs", job.id)
+    assert stopped.status == "queued" and stopped.attempts == 0 and 1 <= stopped.chunks_done < stopped.chunks_total
+
+    queue = JobQueue(tmp_path / "jobs", engine, max_attempts=1)  # one attempt allowed: the stop did not use it
+    await queue.start()
+    deadline = time.monotonic() + 120
+    while (resumed := await queue.get(job.id)).status in ("queued", "running"):
+        assert time.monotonic() < deadline, resumed
+        await asyncio.sleep(0.05)
+    assert resumed.status == "completed" and resumed.attempts == 1, resumed
+    assert_heard((await queue.result(resumed)).text, LONG_SENTENCES)
+    await queue.close()
+    engine.close()
+
+
+async def stored_job(data_dir: Path, job_id: str) -> JobRecord:
+    store = JobStore(data_dir / "jobs.sqlite3")
+    await store.open()
+    try:
+        job = await store.get(job_id)
+        assert job is not None
+        return job
+    finally:
+        await store.close()
 
 
 # --- the store's guarantees ---------------------------------------------------------------------------------
@@ -327,7 +402,9 @@ async def test_store_keeps_each_chunk_once_and_gives_up_on_a_crashing_job(tmp_pa
     assert claimed is not None and claimed.status == "running" and claimed.attempts == 1
     plan = [AudioChunk(0.0, 4.0), AudioChunk(5.0, 9.0)]
     assert await store.set_plan("one", plan) == plan
-    await store.insert(a_job("two"))
+    assert await store.insert(a_job("two"), max_active=2)
+    assert not await store.insert(a_job("three"), max_active=2)  # two are active: the limit holds
+    assert await store.get("three") is None
     assert await store.set_plan("two", plan) is None  # not running (yet): no plan stored
     assert (await store.delete("two")).id == "two" and await store.get("two") is None
     assert await store.set_plan("one", [AudioChunk(0.0, 9.0)]) == plan  # the first plan stays
@@ -366,7 +443,8 @@ def test_vigil_transcribe_writes_every_file_with_a_progress_bar(tmp_path: Path, 
     assert "broken.wav" in result.stderr and "not a readable audio file" in result.stderr
     assert "one.wav" in result.stderr and "100%" in result.stderr  # the progress bar
     one = json.loads((out / "one.json").read_text())
-    assert_heard(one["text"], SHORT_SENTENCES) and one["segments"]
+    assert_heard(one["text"], SHORT_SENTENCES)
+    assert one["segments"] and all(s["end"] - s["start"] <= 6.01 for s in one["segments"])
     assert_heard(json.loads((out / "two.json").read_text())["text"], ["Coffee tastes better in the morning."])
     assert not (out / "broken.json").exists()
 
@@ -385,3 +463,55 @@ def test_vigil_transcribe_writes_every_file_with_a_progress_bar(tmp_path: Path, 
 def test_a_wrong_audio_setting_names_its_key(overrides: dict, key: str):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_settings(None, overrides)
+
+
+async def rate_limited(http: aiohttp.ClientSession, base: str) -> float:
+    """Requests the API's rate limit refused so far (this process's servers, the shared token)."""
+    async with http.get(f"{base}/metrics") as response:
+        match = re.search(r'^vigil_api_rate_limited_total\{key="token"\} (\S+)$', await response.text(), re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+async def run_cli(*args: str) -> tuple[int, str, str]:
+    """``vigil ARGS`` as a child process, awaited without blocking the in-process server's event loop."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "server.cli", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    stdout, stderr = await asyncio.wait_for(child.communicate(), timeout=180)
+    assert child.returncode is not None
+    return child.returncode, stdout.decode(), stderr.decode()
+
+
+async def test_vigil_transcribe_url_submits_jobs_and_follows_their_progress(vigil, http, tmp_path: Path,
+                                                                            long_wav: bytes, short_wav: bytes):
+    # A tight rate limit (status reads count too): the command waits out each 429's Retry-After and goes on.
+    server = await vigil(auth={"token": TOKEN}, api={"rate_limit": {"requests": 8, "window_s": 1.0}},
+                         transcription={"data_dir": str(tmp_path / "jobs"), "batch_size": 4})
+    (tmp_path / "long.wav").write_bytes(long_wav)
+    (tmp_path / "short.wav").write_bytes(short_wav)
+    (tmp_path / "broken.wav").write_bytes(b"RIFF nonsense")
+    out = tmp_path / "out"
+    refused_before = await rate_limited(http, server.url)
+    status, stdout, stderr = await run_cli(
+        "transcribe", "--url", server.url, "--api-key", TOKEN, "--poll-interval", "0.1", "-f", "srt", "-o", str(out),
+        str(tmp_path / "long.wav"), str(tmp_path / "broken.wav"), str(tmp_path / "short.wav"))
+    assert status == 1, stderr  # the broken file is refused with the server's 400 message; the others are done
+    assert "broken.wav: 400 the uploaded file is not usable audio" in stderr
+    # the bar follows the job's status: it reaches the whole duration and shows the job's states
+    assert "long.wav" in stderr and "100%" in stderr and "completed" in stderr
+    assert f"{len(long_wav) / 32_000:.1f}/{len(long_wav) / 32_000:.1f} s" in stderr
+    assert_heard(re.sub(r"^\d+$|^.* --> .*$", "", (out / "long.srt").read_text(), flags=re.M), LONG_SENTENCES)
+    assert_heard(re.sub(r"^\d+$|^.* --> .*$", "", (out / "short.srt").read_text(), flags=re.M), SHORT_SENTENCES)
+    assert not (out / "broken.srt").exists()
+    assert await rate_limited(http, server.url) > refused_before  # it did run into the limit, and went on
+    await asyncio.sleep(1.1)  # a fresh window for the test's own request
+    async with http.get(f"{server.url}/v1/audio/transcriptions/jobs", params={"status": "completed"}) as response:
+        assert sorted(j["filename"] for j in (await response.json())["data"]) == ["long.wav", "short.wav"]
+
+    # to stdout, as json; a wrong key stops at once with the server's message (exit 2)
+    status, stdout, stderr = await run_cli("transcribe", "--url", server.url, "--api-key", TOKEN, "-q", "-f", "json",
+                                           str(tmp_path / "short.wav"))
+    assert status == 0 and stderr == ""
+    assert_heard(json.loads(stdout)["text"], SHORT_SENTENCES)
+    status, stdout, stderr = await run_cli("transcribe", "--url", server.url, "--api-key", "wrong",
+                                           str(tmp_path / "short.wav"), str(tmp_path / "long.wav"))
+    assert status == 2 and stderr.startswith("vigil transcribe: 401 ") and stdout == ""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -21,8 +22,9 @@ import numpy as np
 import openai
 import pytest
 
-from models.batch_stt import BatchedWhisper
+from models.batch_stt import BatchedWhisper, FileSegment, TimedWord, group_into_cues
 from pipelines.batch.engine import EngineBusy, TranscriptionEngine
+from pipelines.batch.formats import Transcript, as_text
 from tests.support.speech_files import spoken, wav_bytes, words
 
 TOKEN = "audio-test-key"
@@ -184,7 +186,7 @@ async def test_corrupt_or_non_audio_upload_is_a_400(clients, server, content: by
         ({"language": "de"}, "language"),  # tiny.en is English-only
         ({"response_format": "docx"}, "response_format"),
         ({"temperature": 3}, "temperature"),
-        ({"timestamp_granularities": ["word"]}, "timestamp_granularities"),
+        ({"timestamp_granularities": ["phoneme"], "response_format": "verbose_json"}, "timestamp_granularities"),
         ({"extra_body": {"speaker": "x"}}, "speaker"),
     ],
 )
@@ -327,3 +329,116 @@ async def test_speech_body_must_be_json(server):
                              headers={"Content-Type": "application/json"}) as response:
             assert response.status == 400
             assert json.loads(await response.text())["error"]["type"] == "invalid_request_error"
+
+
+# --- subtitles: short cues, every word once -------------------------------------------------------------------
+
+SUBTITLE_SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Please call Stella and ask her to bring these things with her from the store, six spoons of fresh snow peas,"
+    " five thick slabs of blue cheese, and maybe a snack for her brother Bob.",
+    "We also need a small plastic snake and a big toy frog for the kids.",
+]
+
+
+@pytest.fixture(scope="module")
+def subtitle_wav() -> bytes:
+    return wav_bytes(spoken(SUBTITLE_SENTENCES, pause_s=0.8))
+
+
+def parse_cues(body: str, response_format: str) -> list[tuple[float, float, str]]:
+    """(start, end, text) of each cue, checking the block structure of SRT / WebVTT on the way."""
+    blocks = body.split("\n\n")
+    assert blocks[-1] == "", body  # every cue ends with a blank line
+    blocks = blocks[:-1]
+    if response_format == "vtt":
+        assert blocks[0] == "WEBVTT"
+        blocks = blocks[1:]
+    cues = []
+    for number, block in enumerate(blocks, start=1):
+        lines = block.split("\n")
+        if response_format == "srt":
+            assert lines[0] == str(number), block
+            lines = lines[1:]
+        timing = CUE.fullmatch(lines[0])
+        assert timing, block
+        assert len(lines) == 2 and lines[1].strip(), block
+        cues.append((seconds(timing, 1), seconds(timing, 5), lines[1]))
+    return cues
+
+
+@pytest.mark.parametrize("response_format", ["srt", "vtt"])
+async def test_subtitle_cues_are_short_ordered_and_hold_every_word_once(
+        clients, server, subtitle_wav: bytes, response_format: str):
+    body = await clients(server).audio.transcriptions.create(
+        model="whisper-1", file=("speech.wav", subtitle_wav), response_format=response_format)
+    cues = parse_cues(body, response_format)
+    spoken_words = [w for sentence in SUBTITLE_SENTENCES for w in words(sentence)]
+    assert len(cues) > len(SUBTITLE_SENTENCES), body  # the long middle sentence is cut too
+    for (start, end, _), (next_start, _, _) in zip(cues, [*cues[1:], (math.inf, 0, "")], strict=True):
+        assert 0 <= start < end <= next_start, body  # ordered, no overlap
+        assert end - start <= 6.0 + 0.01, body  # transcription.max_cue_s
+    # Every spoken word, in order, exactly once (Piper speaks deterministically and Whisper hears it all).
+    assert [w for _, _, text in cues for w in words(text)] == spoken_words, body
+
+
+async def test_word_timestamps_in_verbose_json(clients, server, subtitle_wav: bytes):
+    result = await clients(server).audio.transcriptions.create(
+        model="whisper-1", file=("speech.wav", subtitle_wav), response_format="verbose_json",
+        timestamp_granularities=["word", "segment"])
+    assert [w for s in result.segments for w in words(s.text)] == words(result.text)
+    assert words(" ".join(w.word for w in result.words)) == words(result.text)
+    times = [t for w in result.words for t in (w.start, w.end)]
+    assert times == sorted(times) and times[-1] <= result.duration
+    for segment in result.segments:
+        assert segment.end - segment.start <= 6.0 + 0.01 and segment.tokens
+        inside = [w for w in result.words if segment.start <= w.start and w.end <= segment.end]
+        assert words(" ".join(w.word for w in inside)) == words(segment.text)
+    with pytest.raises(openai.BadRequestError) as raised:  # OpenAI: granularities need verbose_json
+        await clients(server).audio.transcriptions.create(
+            model="whisper-1", file=("speech.wav", subtitle_wav), response_format="json",
+            timestamp_granularities=["word"])
+    assert_openai_error(raised.value, 400, "timestamp_granularities")
+
+
+def test_srt_and_vtt_follow_their_specs_for_awkward_cues():
+    # Pure formatting, no model: a zero-length one-word cue, cue text with a line break, '-->', and markup.
+    def segment(start: float, end: float, text: str) -> FileSegment:
+        return FileSegment(start=start, end=end, text=text, tokens=(1,), avg_logprob=0.0, no_speech_prob=0.0,
+                           compression_ratio=1.0, temperature=0.0)
+
+    transcript = Transcript(language="en", duration=9.0, segments=(
+        segment(0.5, 0.5, "Yes."), segment(1.0, 2.5, "Tom & Jerry <b>-->\n\nbold"), segment(2.4, 3.0, " "),
+        segment(3601.0, 3602.25, "An hour later."),
+    ))
+    assert as_text(transcript, "srt") == (
+        "1\n00:00:00,500 --> 00:00:00,501\nYes.\n\n"
+        "2\n00:00:01,000 --> 00:00:02,500\nTom & Jerry <b>-> bold\n\n"
+        "3\n01:00:01,000 --> 01:00:02,250\nAn hour later.\n\n")
+    assert as_text(transcript, "vtt") == (
+        "WEBVTT\n\n"
+        "00:00:00.500 --> 00:00:00.501\nYes.\n\n"
+        "00:00:01.000 --> 00:00:02.500\nTom &amp; Jerry &lt;b&gt;-&gt; bold\n\n"
+        "01:00:01.000 --> 01:00:02.250\nAn hour later.\n\n")
+
+
+def test_words_are_grouped_into_cues_at_pauses_sentence_ends_and_the_length_limit():
+    def said(*timed: tuple[float, float, str]) -> list[TimedWord]:
+        return [TimedWord(start, end, f" {word}") for start, end, word in timed]
+
+    def texts(cues: list[list[TimedWord]]) -> list[str]:
+        return ["".join(w.word for w in cue).strip() for cue in cues]
+
+    # a sentence end, then a pause of 0.5 s, end a cue; a short pause does not
+    assert texts(group_into_cues(said((0, .3, "Hi."), (.4, .6, "Come"), (.7, 1, "here"), (1.5, 2, "now")))) == [
+        "Hi.", "Come here", "now"]
+    # one long run of words without pauses: cut before the word that would pass max_cue_s, after a comma once
+    # the cue is half that long
+    run = said(*((i * 0.4, i * 0.4 + 0.35, f"w{i}," if i == 9 else f"w{i}") for i in range(30)))
+    cues = group_into_cues(run, max_cue_s=6.0)
+    assert [w for cue in cues for w in cue] == run  # every word once, in order
+    assert all(cue[-1].end - cue[0].start <= 6.0 for cue in cues)
+    assert texts(cues)[0] == " ".join(f"w{i}" for i in range(9)) + " w9,"  # 3.95 s >= 3 s: the comma ends it
+    assert group_into_cues([]) == []
+    long_word = said((0, 8, "Mmmmmmmm"))  # longer than the limit on its own: still one cue
+    assert group_into_cues(long_word, max_cue_s=6.0) == [long_word]

@@ -1,9 +1,10 @@
 """The batch worker pool: its own Whisper instance and its own threads, apart from the live voice loop's.
 
 Job steps run on the pool's job threads (one per concurrent job); direct requests (a short upload answered in
-the same HTTP request, and the decoding that validates a job's upload) run on one request thread, so a short
-request waits at most for the step in front of it, never for a whole job. Direct requests are bounded:
-beyond ``max_pending_requests`` waiting or running, :class:`EngineBusy` is raised.
+the same HTTP request) run on one request thread, so a short request waits at most for the step in front of it,
+never for a whole job. The decoding that validates a job's upload (up to hours of audio) has a thread of its
+own, so it never delays a short request either. Direct requests and validations are bounded: beyond
+``max_pending_requests`` waiting or running, :class:`EngineBusy` is raised.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 
-from models.batch_stt import BatchedWhisper
-from pipelines.batch.decode import SAMPLE_RATE, decode_audio_file
+from models.batch_stt import DEFAULT_MAX_CUE_S, BatchedWhisper
+from pipelines.batch.decode import SAMPLE_RATE, audio_duration, decode_audio_file
 from pipelines.batch.formats import Transcript
 from pipelines.batch.telemetry import AUDIO_SECONDS, STEP_SECONDS
 
@@ -43,6 +44,7 @@ def transcribe_audio(
     temperature: float = 0.0,
     batch_size: int = 8,
     max_chunk_s: float = 30.0,
+    max_cue_s: float = DEFAULT_MAX_CUE_S,
     on_progress: Callable[[float], None] | None = None,
 ) -> Transcript:
     """Plan ``audio`` into VAD-cut chunks and decode them ``batch_size`` at a time. BLOCKING.
@@ -58,7 +60,8 @@ def transcribe_audio(
     for first in range(0, len(chunks), batch_size):
         batch = chunks[first:first + batch_size]
         per_chunk, language_found = model.transcribe_chunks(
-            audio, batch, language=language, batch_size=batch_size, initial_prompt=prompt, temperature=temperature)
+            audio, batch, language=language, batch_size=batch_size, initial_prompt=prompt, temperature=temperature,
+            max_cue_s=max_cue_s)
         segments.extend(s for chunk_segments in per_chunk for s in chunk_segments)
         if on_progress is not None:
             done_to = duration if first + batch_size >= len(chunks) else chunks[first + batch_size].start
@@ -79,6 +82,7 @@ class TranscriptionEngine:
         job_threads: int = 1,
         batch_size: int = 8,
         max_chunk_s: float = 30.0,
+        max_cue_s: float = DEFAULT_MAX_CUE_S,
         max_pending_requests: int = 8,
         nice: int = 0,
     ) -> None:
@@ -87,6 +91,7 @@ class TranscriptionEngine:
         self._model_lock = asyncio.Lock()
         self.batch_size = batch_size
         self.max_chunk_s = max_chunk_s
+        self.max_cue_s = max_cue_s
         self.max_pending_requests = max_pending_requests
         self._pending_requests = 0
         # Lower CPU priority for all batch threads; the model loads on one of them, so CTranslate2's own threads
@@ -95,6 +100,8 @@ class TranscriptionEngine:
                                                 initializer=_lower_priority, initargs=(nice,))
         self._request_executor = ThreadPoolExecutor(1, thread_name_prefix="vigil-request-stt",
                                                     initializer=_lower_priority, initargs=(nice,))
+        self._probe_executor = ThreadPoolExecutor(1, thread_name_prefix="vigil-probe-stt",
+                                                  initializer=_lower_priority, initargs=(nice,))
 
     @property
     def pending_requests(self) -> int:
@@ -114,25 +121,25 @@ class TranscriptionEngine:
         """Run one blocking step of a job on the job threads."""
         return await asyncio.get_running_loop().run_in_executor(self._job_executor, fn, *args)
 
-    async def _request(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _request(self, fn: Callable[..., T], *args: Any, executor: ThreadPoolExecutor | None = None) -> T:
         if self._pending_requests >= self.max_pending_requests:
             raise EngineBusy(f"{self._pending_requests} transcription requests are already waiting")
         self._pending_requests += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._request_executor, fn, *args)
+            return await asyncio.get_running_loop().run_in_executor(executor or self._request_executor, fn, *args)
         finally:
             self._pending_requests -= 1
 
     async def probe(self, path: Path, max_seconds: float) -> float:
-        """Decode an upload to check it is audio within ``max_seconds``; its duration in seconds.
-        Raises AudioDecodeError (the client's fault) or EngineBusy."""
-        audio = await self._request(decode_audio_file, path, max_seconds)
-        return audio.size / SAMPLE_RATE
+        """Decode an upload to check it is audio within ``max_seconds`` (without keeping it); its duration in
+        seconds. Raises AudioDecodeError (the client's fault) or EngineBusy."""
+        return await self._request(audio_duration, path, max_seconds, executor=self._probe_executor)
 
     async def transcribe_file(
-        self, path: Path, *, language: str | None, prompt: str | None, temperature: float, max_seconds: float
+        self, path: Path | BinaryIO, *, language: str | None, prompt: str | None, temperature: float,
+        max_seconds: float,
     ) -> Transcript:
-        """A direct request: decode and transcribe ``path`` now (on the request thread).
+        """A direct request: decode and transcribe ``path`` (or an open file) now (on the request thread).
         Raises AudioDecodeError, ValueError (an unavailable language) or EngineBusy."""
         model = await self.model()
         model.check_language(language)
@@ -141,7 +148,8 @@ class TranscriptionEngine:
             audio = decode_audio_file(path, max_seconds)
             started = time.perf_counter()
             transcript = transcribe_audio(model, audio, language=language, prompt=prompt, temperature=temperature,
-                                          batch_size=self.batch_size, max_chunk_s=self.max_chunk_s)
+                                          batch_size=self.batch_size, max_chunk_s=self.max_chunk_s,
+                                          max_cue_s=self.max_cue_s)
             STEP_SECONDS.labels(path="request").observe(time.perf_counter() - started)
             AUDIO_SECONDS.labels(path="request").inc(transcript.duration)
             return transcript
@@ -152,6 +160,7 @@ class TranscriptionEngine:
         # A step already running finishes in its thread; its result is dropped (a job redoes it next start).
         self._job_executor.shutdown(wait=False, cancel_futures=True)
         self._request_executor.shutdown(wait=False, cancel_futures=True)
+        self._probe_executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _lower_priority(nice: int) -> None:

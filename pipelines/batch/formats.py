@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,12 +31,12 @@ class Transcript:
 LANGUAGE_NAMES = {"en": "english"}  # OpenAI's verbose_json names the language; others fall back to the code
 
 
-def as_json(transcript: Transcript, response_format: str) -> dict[str, Any] | None:
-    """The JSON body for json / verbose_json; None for the text formats."""
+def as_json(transcript: Transcript, response_format: str, *, words: bool = False) -> dict[str, Any] | None:
+    """The JSON body for json / verbose_json (with every word's times if ``words``); None for the text formats."""
     if response_format == "json":
         return {"text": transcript.text}
     if response_format == "verbose_json":
-        return {
+        body: dict[str, Any] = {
             "task": "transcribe",
             "language": LANGUAGE_NAMES.get(transcript.language, transcript.language),
             "duration": round(transcript.duration, 3),
@@ -49,28 +50,57 @@ def as_json(transcript: Transcript, response_format: str) -> dict[str, Any] | No
                 for index, s in enumerate(transcript.segments)
             ],
         }
+        if words:
+            body["words"] = [{"word": w.word.strip(), "start": w.start, "end": w.end}
+                             for s in transcript.segments for w in s.words]
+        return body
     return None
 
 
 def as_text(transcript: Transcript, response_format: str) -> str:
     """The body for text / srt / vtt."""
-    cues = [s for s in transcript.segments if s.text]
     if response_format == "text":
         return transcript.text + "\n"
+    cues = _cues(transcript.segments)
     if response_format == "srt":
         return "".join(
-            f"{n}\n{_timestamp(s.start, ',')} --> {_timestamp(s.end, ',')}\n{s.text}\n\n"
-            for n, s in enumerate(cues, start=1)
+            f"{n}\n{_timestamp(start, ',')} --> {_timestamp(end, ',')}\n{_cue_text(text)}\n\n"
+            for n, (start, end, text) in enumerate(cues, start=1)
         )
     if response_format == "vtt":
+        # WebVTT cue text is HTML-like: '&' and '<' start entities and tags, so they are escaped (and '>' too)
         return "WEBVTT\n\n" + "".join(
-            f"{_timestamp(s.start, '.')} --> {_timestamp(s.end, '.')}\n{s.text}\n\n" for s in cues
+            f"{_timestamp(start, '.')} --> {_timestamp(end, '.')}\n{_vtt_text(text)}\n\n"
+            for start, end, text in cues
         )
     raise ValueError(f"{response_format!r} is not a text format")
 
 
-def _timestamp(seconds: float, decimal_marker: str) -> str:
-    millis = max(0, round(seconds * 1000))
+def _cues(segments: tuple[FileSegment, ...]) -> list[tuple[int, int, str]]:
+    """(start ms, end ms, text) of the segments with text: in order, each at least 1 ms long (both specs want
+    the end after the start; a one-word cue may be aligned to zero length) and none before the previous end."""
+    cues: list[tuple[int, int, str]] = []
+    previous_end = 0
+    for segment in segments:
+        if not segment.text.strip():
+            continue
+        start = max(round(segment.start * 1000), previous_end)
+        end = max(round(segment.end * 1000), start + 1)
+        cues.append((start, end, segment.text))
+        previous_end = end
+    return cues
+
+
+def _cue_text(text: str) -> str:
+    """One line of cue text: a blank line would end the cue and '-->' would read as a timing line (both specs)."""
+    return " ".join(text.split()).replace("-->", "->")
+
+
+def _vtt_text(text: str) -> str:
+    return html.escape(_cue_text(text), quote=False)
+
+
+def _timestamp(millis: int, decimal_marker: str) -> str:
     hours, millis = divmod(millis, 3_600_000)
     minutes, millis = divmod(millis, 60_000)
     secs, millis = divmod(millis, 1000)

@@ -15,6 +15,7 @@ import fcntl
 import logging
 import secrets
 import shutil
+import sqlite3
 import time
 from pathlib import Path
 from typing import IO
@@ -32,6 +33,10 @@ DB_NAME = "jobs.sqlite3"
 
 class JobStoreInUse(Exception):
     """Another process (or queue) works on this data directory: two would re-queue each other's jobs."""
+
+
+class JobStoreUnavailable(Exception):
+    """The job database cannot be opened (corrupt file, unwritable directory)."""
 
 
 class QueueFull(Exception):
@@ -62,6 +67,7 @@ class JobQueue:
         self.max_audio_s = max_audio_s
         self._wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._in_hand: set[str] = set()  # jobs the workers are running now
         self._lock_file: IO[bytes] | None = None
         self.started = False
 
@@ -71,25 +77,41 @@ class JobQueue:
         return (data_dir / DB_NAME).is_file()
 
     async def start(self) -> None:
-        """Open the database, re-queue interrupted jobs, start the workers. Raises JobStoreInUse."""
+        """Open the database, re-queue interrupted jobs, start the workers. Raises JobStoreInUse or
+        JobStoreUnavailable (then nothing stays open or locked, so a later call can try again)."""
         self._lock_file = await asyncio.to_thread(_lock_data_dir, self.data_dir)
-        self.audio_dir.mkdir(parents=True, exist_ok=True)
-        await self.store.open()
-        requeued = await self.store.requeue_running()
-        if requeued:
-            log.info("re-queued %d transcription job(s) interrupted by the last stop", requeued)
-        await self._remove_orphan_audio()
+        try:
+            await asyncio.to_thread(self.audio_dir.mkdir, parents=True, exist_ok=True)
+            await self.store.open()
+            requeued = await self.store.requeue_running()
+            if requeued:
+                log.info("re-queued %d transcription job(s) interrupted by the last stop", requeued)
+            await self._remove_orphan_audio()
+        except (sqlite3.Error, OSError) as error:
+            await self.store.close()
+            self.store = JobStore(self.store.path)  # its thread is gone: a fresh one for the next try
+            self._lock_file.close()
+            self._lock_file = None
+            raise JobStoreUnavailable(f"the transcription job database in {self.data_dir} cannot be used: "
+                                      f"{error}") from error
         self._tasks = [asyncio.create_task(self._work(), name=f"transcription-worker-{n}")
                        for n in range(self.workers)]
         self.started = True
         self._wakeup.set()
 
     async def close(self) -> None:
+        """Stop the workers. A job in hand goes back to the queue without using up one of its attempts (a
+        graceful stop is not the job's fault; only a process that dies during it counts): it resumes at the next
+        start at its first undecoded chunk."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         if self.started:
+            if self._in_hand:
+                released = await self.store.release(sorted(self._in_hand))
+                log.info("stopping: %d running transcription job(s) back in the queue", released)
+                self._in_hand.clear()
             await self.store.close()
         if self._lock_file is not None:
             self._lock_file.close()  # releases the lock
@@ -120,10 +142,13 @@ class JobQueue:
             duration=duration, detected_language=None, chunks_total=None, chunks_done=0, attempts=0, error=None,
         )
         try:
-            await self.store.insert(job)
+            inserted = await self.store.insert(job, self.max_active_jobs)
         except BaseException:
             audio_path.unlink(missing_ok=True)
             raise
+        if not inserted:  # others were submitted since the check above
+            await _remove(str(audio_path))
+            raise QueueFull(f"the transcription queue is full (limit {self.max_active_jobs} queued or running)")
         self._wakeup.set()
         return job
 
@@ -167,6 +192,7 @@ class JobQueue:
                 await asyncio.sleep(5.0)
 
     async def _process(self, job: JobRecord) -> None:
+        self._in_hand.add(job.id)
         try:
             await self._run(job)
         except AudioDecodeError as error:
@@ -174,6 +200,7 @@ class JobQueue:
         except Exception as error:
             log.exception("transcription job %s failed", job.id)
             await self._fail(job, f"internal error: {type(error).__name__}: {error}")
+        self._in_hand.discard(job.id)  # skipped when cancelled (the server stopping): close() releases it
 
     async def _next_job(self) -> JobRecord | None:
         """Claim the oldest queued job, or wait for a submission (then None: look again)."""
@@ -210,7 +237,8 @@ class JobQueue:
             batch = pending[first:first + batch_size]
             step_started = time.perf_counter()
             per_chunk, language = await self.engine.job_step(
-                model.transcribe_chunks, audio, [chunk for _, chunk in batch], job.language, batch_size, job.prompt)
+                model.transcribe_chunks, audio, [chunk for _, chunk in batch], job.language, batch_size, job.prompt,
+                0.0, self.engine.max_cue_s)
             STEP_SECONDS.labels(path="job").observe(time.perf_counter() - step_started)
             saved = await self.store.save_chunks(
                 job.id, {index: segments for (index, _), segments in zip(batch, per_chunk, strict=True)}, language)

@@ -56,6 +56,11 @@ CREATE TABLE IF NOT EXISTS chunks (
 """
 
 
+# a job's row and the audio seconds its decoded chunks cover (its progress)
+_JOB_COLUMNS = ("jobs.*, (SELECT coalesce(sum(c.\"end\" - c.start), 0) FROM chunks c"
+                " WHERE c.job_id = jobs.id AND c.segments IS NOT NULL) AS audio_seconds_done")
+
+
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     id: str
@@ -121,15 +126,22 @@ class JobStore:
 
     # ------------------------------------------------------------------ jobs
 
-    async def insert(self, job: JobRecord) -> None:
-        def run() -> None:
-            self.conn.execute(
-                "INSERT INTO jobs (id, status, created_at, filename, audio_path, model, language, prompt, duration)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (job.id, job.status, job.created_at, job.filename, job.audio_path, job.model, job.language,
-                 job.prompt, job.duration),
-            )
-        await self._call(run)
+    async def insert(self, job: JobRecord, max_active: int | None = None) -> bool:
+        """Store a new job; False (nothing stored) when ``max_active`` jobs are queued or running already.
+        Counting and inserting are one transaction, so concurrent submissions never exceed the limit."""
+        def run() -> bool:
+            with _transaction(self.conn):
+                if max_active is not None and self.conn.execute(
+                        "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')").fetchone()[0] >= max_active:
+                    return False
+                self.conn.execute(
+                    "INSERT INTO jobs (id, status, created_at, filename, audio_path, model, language, prompt,"
+                    " duration) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (job.id, job.status, job.created_at, job.filename, job.audio_path, job.model, job.language,
+                     job.prompt, job.duration),
+                )
+                return True
+        return await self._call(run)
 
     async def count_active(self) -> int:
         def run() -> int:
@@ -141,6 +153,14 @@ class JobStore:
         """Jobs left 'running' by a process that stopped: queue them again (they resume where they were)."""
         def run() -> int:
             return self.conn.execute("UPDATE jobs SET status = 'queued' WHERE status = 'running'").rowcount
+        return await self._call(run)
+
+    async def release(self, job_ids: list[str]) -> int:
+        """Jobs a stopping worker held: queued again, their attempt not counted. How many were still running."""
+        def run() -> int:
+            return self.conn.executemany(
+                "UPDATE jobs SET status = 'queued', attempts = max(attempts - 1, 0) WHERE id = ?"
+                " AND status = 'running'", [(job_id,) for job_id in job_ids]).rowcount
         return await self._call(run)
 
     async def claim_next(self, max_attempts: int) -> JobRecord | None:
@@ -173,17 +193,14 @@ class JobStore:
         return await self._call(self._get, job_id)
 
     def _get(self, job_id: str) -> JobRecord | None:
-        row = self.conn.execute(
-            "SELECT jobs.*, (SELECT coalesce(sum(c.\"end\" - c.start), 0) FROM chunks c"
-            " WHERE c.job_id = jobs.id AND c.segments IS NOT NULL) AS audio_seconds_done"
-            " FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        row = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return _record(row) if row is not None else None
 
     async def list(self, status: str | None = None, limit: int = 100) -> list[JobRecord]:
         def run() -> list[JobRecord]:
             where, params = ("WHERE status = ?", [status]) if status else ("", [])
             rows = self.conn.execute(
-                f"SELECT *, 0.0 AS audio_seconds_done FROM jobs {where} ORDER BY seq DESC LIMIT ?",
+                f"SELECT {_JOB_COLUMNS} FROM jobs {where} ORDER BY seq DESC LIMIT ?",
                 (*params, limit)).fetchall()
             return [_record(row) for row in rows]
         return await self._call(run)

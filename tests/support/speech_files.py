@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import io
 import re
-import wave
 
 import numpy as np
 
+from pipelines.speech import wav_bytes as speech_wav_bytes
 from tests.support.audio import silence, speech
 
 RATE = 16_000
 
 
 def wav_bytes(pcm: np.ndarray, rate: int = RATE) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(pcm.astype("<i2").tobytes())
-    return buffer.getvalue()
+    """int16 mono samples as a WAV file (the tests' one WAV writer: the speech API's own)."""
+    return speech_wav_bytes(pcm, rate)
 
 
 def spoken(sentences: list[str], pause_s: float = 1.0, rate: int = RATE) -> np.ndarray:
