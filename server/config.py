@@ -428,7 +428,8 @@ class ApiSettings(Section):
     )
     chat: bool = Field(True, description="Serve /v1/chat/completions and /v1/models.")
     served_models: list[str] = Field(
-        default_factory=list, description="Model names clients may ask for; empty: [models.llm.model]."
+        default_factory=list, description="Model names clients may ask for; empty: [models.llm.model]. With "
+        "models.llm.upstreams, added to the union of the upstreams' models."
     )
     preload: bool = Field(False, description="Load the chat models at start-up instead of on the first request.")
     max_messages: int = Field(64, ge=1)

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from models.embeddings import TextEmbedder
 from models.llm import ChatMessage, LanguageModel, LlmRequestError, LlmUnavailable
 from models.packaged import ModelNotAvailable
+from models.router import ANY_MODEL, RoutedLlm
 from pipelines.serving.cache import (
     InProcessExactCache,
     InProcessSemanticCache,
@@ -116,7 +117,6 @@ class ChatApi:
         api = settings.api
         self.keys = [ApiKeyEntry(k.name, k.key.get_secret_value().encode(), k.rate_limit) for k in api.keys]
         self.fallback_token = settings.auth.token.get_secret_value().encode() if settings.auth.token else None
-        self.served_models = list(api.served_models or [settings.models.llm.model])
         self.created = int(time.time())
         self.redis: Any = None
         if settings.redis.url is not None:
@@ -132,6 +132,24 @@ class ChatApi:
         self._owned_llm: LanguageModel | None = None
         self._loading = asyncio.Lock()
         self._llm_for_test: LanguageModel | None = None
+
+    def served_models(self) -> list[str]:
+        """Model ids clients may ask for. With the router's upstreams: the union of the models each upstream is
+        configured with (or, once the router ran its first health check, discovered), plus ``api.served_models``;
+        otherwise ``api.served_models`` or else ``models.llm.model``."""
+        llm_config = self.settings.models.llm
+        names = list(self.settings.api.served_models)
+        if llm_config.backend == "openai" and llm_config.upstreams:
+            if llm_config.base_url:  # the plain base_url upstream serves the default model name
+                names.append(llm_config.model)
+            for upstream in llm_config.upstreams:
+                names.extend(upstream.models)
+            router = self._pipeline.llm if self._pipeline is not None else None
+            if isinstance(router, RoutedLlm):  # upstreams without configured models list what they discovered
+                names.extend(sorted(m for u in router.upstreams for m in u.models if m != ANY_MODEL))
+        elif not names:
+            names.append(llm_config.model)
+        return list(dict.fromkeys(names))  # the union, in order, without repeats
 
     def use_llm_for_test(self, llm: LanguageModel) -> None:
         """Test seam: serve this LanguageModel (e.g. a ScriptedLlmForTest) instead of the configured one."""
@@ -290,9 +308,10 @@ def validate_chat(body: ChatCompletionBody, raw: dict[str, Any], api: ChatApi) -
     if isinstance(response_format, dict) and response_format.get("type") not in (None, "text"):
         raise _invalid("only response_format {'type': 'text'} is supported", "response_format",
                        "unsupported_parameter")
-    if body.model not in api.served_models:
-        raise _invalid(f"model {body.model!r} is not served here; choose one of {api.served_models}", "model",
-                       "model_not_found")
+    served = api.served_models()
+    if body.model not in served:  # OpenAI answers an unknown model with 404 model_not_found
+        raise OpenAiApiError(404, f"the model {body.model!r} does not exist here; choose one of {served}",
+                             type="invalid_request_error", param="model", code="model_not_found")
     if not body.messages:
         raise _invalid("messages must contain at least one message", "messages")
     if len(body.messages) > config.max_messages:
@@ -549,14 +568,15 @@ async def _stream(
 
 async def list_models(request: web.Request) -> web.Response:
     api = _api(request)
-    return web.json_response({"object": "list", "data": [_model_card(api, m) for m in api.served_models]})
+    return web.json_response({"object": "list", "data": [_model_card(api, m) for m in api.served_models()]})
 
 
 async def get_model(request: web.Request) -> web.Response:
     api = _api(request)
     model = request.match_info["model"]
-    if model not in api.served_models:
-        raise OpenAiApiError(404, f"model {model!r} is not served here", param="model", code="model_not_found")
+    if model not in api.served_models():
+        raise OpenAiApiError(404, f"the model {model!r} does not exist here", type="invalid_request_error",
+                             param="model", code="model_not_found")
     return web.json_response(_model_card(api, model))
 
 
