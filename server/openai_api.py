@@ -22,7 +22,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -39,7 +39,7 @@ from pipelines.serving.cache import (
     RedisExactCache,
     RedisSemanticCache,
 )
-from pipelines.serving.chat import CacheConfig, ChatDelta, ChatEnd, ChatInput, ChatPipeline, ChatPlan
+from pipelines.serving.chat import CacheConfig, ChatDelta, ChatEnd, ChatInput, ChatPipeline, ChatPlan, TokenLogprob
 from pipelines.serving.content_filter import StreamingContentFilter
 from pipelines.serving.prompt import PromptBuilder, PromptTooLong
 from pipelines.serving.ratelimit import InProcessRateLimiter, RateLimiter, RedisRateLimiter
@@ -89,6 +89,7 @@ class ChatCompletionBody(_Body):
     stop: str | list[str] | None = None
     seed: int | None = None
     logprobs: bool | None = None
+    top_logprobs: int | None = None
     context_documents: list[str] | None = None  # Vigil's extension: reference texts for the system prompt
 
 
@@ -342,8 +343,12 @@ def validate_chat(body: ChatCompletionBody, raw: dict[str, Any], api: ChatApi) -
         raise _invalid(f"top_p must be in (0, 1] (got {body.top_p})", "top_p")
     if body.n not in (None, 1):
         raise _invalid("only n = 1 is supported", "n", "unsupported_parameter")
-    if body.logprobs:
-        raise _invalid("logprobs are not supported by this server", "logprobs", "unsupported_parameter")
+    if body.top_logprobs is not None:
+        if not body.logprobs:
+            raise _invalid("top_logprobs requires logprobs: true", "top_logprobs")
+        if body.top_logprobs != 0:  # llama.cpp's streamed chunks carry no alternatives to report
+            raise _invalid(f"only top_logprobs 0 is supported (got {body.top_logprobs})", "top_logprobs",
+                           "unsupported_parameter")
     if body.stream_options is not None and not body.stream:
         raise _invalid("stream_options is only allowed with stream: true", "stream_options")
     stop = [body.stop] if isinstance(body.stop, str) else body.stop
@@ -356,7 +361,8 @@ def validate_chat(body: ChatCompletionBody, raw: dict[str, Any], api: ChatApi) -
     if any(len(d) > config.max_message_chars for d in documents):
         raise _invalid(f"a context document is longer than {config.max_message_chars} characters",
                        "context_documents")
-    return ChatInput(messages, body.model, max_tokens, temperature, body.top_p, stop or None, body.seed, documents)
+    return ChatInput(messages, body.model, max_tokens, temperature, body.top_p, stop or None, body.seed, documents,
+                     logprobs=bool(body.logprobs))
 
 
 async def _read_chat_body(request: web.Request) -> tuple[ChatCompletionBody, dict[str, Any]]:
@@ -463,7 +469,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             response, outcome = await _stream(request, pipeline, plan, chat, body, timer, completion_id, headers)
             return response
         try:
-            text, end = await _unless_disconnected(request, _collect(pipeline.run(plan, timer)))
+            text, token_logprobs, end = await _unless_disconnected(request, _collect(pipeline.run(plan, timer)))
         except (LlmRequestError, LlmUnavailable) as exc:
             raise _error_for(exc) from exc
         outcome = end.finish_reason
@@ -472,7 +478,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             "id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": chat.model,
             "system_fingerprint": None,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": end.finish_reason, "logprobs": None}],
+                         "finish_reason": end.finish_reason,
+                         "logprobs": _logprobs_field(token_logprobs) if chat.logprobs else None}],
             "usage": _usage(end), "vigil": _vigil_field(plan, timer),
         }, headers=headers)
     except ClientDisconnected:
@@ -486,14 +493,22 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         timer.observe()
 
 
-async def _collect(events: AsyncIterator[ChatDelta | ChatEnd]) -> tuple[str, ChatEnd]:
+def _logprobs_field(tokens: Iterable[TokenLogprob]) -> dict[str, Any]:
+    """OpenAI's ``choices[i].logprobs``; no alternatives (top_logprobs 0)."""
+    return {"content": [{"token": t.token, "logprob": t.logprob, "bytes": list(t.token.encode()), "top_logprobs": []}
+                        for t in tokens], "refusal": None}
+
+
+async def _collect(events: AsyncIterator[ChatDelta | ChatEnd]) -> tuple[str, list[TokenLogprob], ChatEnd]:
     pieces: list[str] = []
+    token_logprobs: list[TokenLogprob] = []
     async with contextlib.aclosing(events) as stream:
         async for event in stream:
             if isinstance(event, ChatDelta):
                 pieces.append(event.text)
+                token_logprobs.extend(event.logprobs or ())
             else:
-                return "".join(pieces), event
+                return "".join(pieces), token_logprobs, event
     raise LlmUnavailable("the answer ended without a finish")
 
 
@@ -524,16 +539,19 @@ async def _stream(
                                                **headers})
         await response.prepare(request)
 
-        def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None,
+                  logprobs: dict[str, Any] | None = None, **extra: Any) -> bytes:
             return _sse({"id": completion_id, "object": "chat.completion.chunk", "created": created,
                          "model": chat.model, "system_fingerprint": None,
-                         "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
+                         "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason,
+                                      "logprobs": logprobs}],
                          **extra})
 
         async def send(event: ChatDelta | ChatEnd) -> str | None:
             if isinstance(event, ChatDelta):
                 if event.text:
-                    await response.write(chunk({"content": event.text}))
+                    await response.write(chunk({"content": event.text}, logprobs=_logprobs_field(event.logprobs or ())
+                                               if chat.logprobs else None))
                 return None
             await response.write(chunk({}, event.finish_reason, vigil=_vigil_field(plan, timer)))
             if include_usage:

@@ -336,6 +336,63 @@ async def test_pii_is_masked_across_chunk_boundaries(vigil) -> None:
     await client.close()
 
 
+def _check_token_logprobs(entries: list[Any], text: str) -> None:
+    assert entries and "".join(e.token for e in entries) == text
+    for entry in entries:
+        assert entry.logprob <= 0 and entry.top_logprobs == []
+        assert bytes(entry.bytes) == entry.token.encode()
+
+
+async def test_logprobs_stream_and_non_stream(vigil) -> None:
+    server = await vigil(api={**KEYS, "cache": {"exact": True, "semantic": False}})
+    client = client_for(server)
+    ask = {"model": MODEL, "messages": FRANCE, "max_tokens": 12, "temperature": 0, "logprobs": True}
+    raw = await client.chat.completions.with_raw_response.create(**ask)
+    completion = raw.parse()
+    assert raw.headers["x-vigil-cache"] == "bypass"  # logprob requests never enter or use the caches
+    whole = completion.choices[0].logprobs.content
+    _check_token_logprobs(whole, completion.choices[0].message.content)
+    assert len(whole) == completion.usage.completion_tokens  # one entry per generated token
+    assert any(entry.logprob < 0 for entry in whole)
+    again = await client.chat.completions.with_raw_response.create(**ask)
+    assert again.headers["x-vigil-cache"] == "bypass"
+
+    stream = await client.chat.completions.create(**ask, stream=True)
+    chunks = [c async for c in stream]
+    streamed = [entry for c in chunks if c.choices and c.choices[0].logprobs for entry in c.choices[0].logprobs.content]
+    for c in chunks:  # each chunk's entries are the tokens of its own delta
+        if c.choices and c.choices[0].delta.content:
+            assert "".join(e.token for e in c.choices[0].logprobs.content) == c.choices[0].delta.content
+    assert [e.token for e in streamed] == [e.token for e in whole]  # temperature 0: the same tokens
+    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in whole], abs=1e-3)
+
+    plain = await client.chat.completions.create(**{**ask, "logprobs": False})
+    assert plain.choices[0].logprobs is None
+    for change, code in (({"top_logprobs": 2}, "unsupported_parameter"), ({"logprobs": False, "top_logprobs": 0},
+                                                                          None)):
+        with pytest.raises(openai.BadRequestError) as error:
+            await client.chat.completions.create(**{**ask, **change})
+        assert error.value.body["param"] == "top_logprobs" and error.value.code == code
+    assert (await client.chat.completions.create(**ask, top_logprobs=0)).choices[0].logprobs.content
+    await client.close()
+
+
+async def test_logprobs_never_echo_masked_pii(vigil) -> None:
+    server = await vigil(api={**KEYS, **NO_CACHE})
+    server.app[CHAT_API].use_llm_for_test(ScriptedLlmForTest(PII_SCRIPT, name=MODEL, logprob=-0.5))
+    client = client_for(server)
+    stream = await client.chat.completions.create(model=MODEL, messages=FRANCE, stream=True, logprobs=True)
+    chunks = [c async for c in stream if c.choices and c.choices[0].delta.content]
+    entries = [entry for c in chunks for entry in c.choices[0].logprobs.content]
+    _check_token_logprobs(entries, PII_MASKED)
+    for secret in ("010", "5678", "bob", "example", "900101", "234567"):
+        assert not any(secret in entry.token for entry in entries), secret
+    assert sum(entry.logprob for entry in entries) == pytest.approx(-0.5 * len(PII_SCRIPT))  # every token counted
+    whole = await client.chat.completions.create(model=MODEL, messages=FRANCE, logprobs=True)
+    _check_token_logprobs(whole.choices[0].logprobs.content, PII_MASKED)
+    await client.close()
+
+
 async def test_blocked_pattern_ends_the_answer(vigil) -> None:
     server = await vigil(api={**KEYS, **NO_CACHE, "content_filter": {"block_patterns": [r"(?i)launch codes?"]}})
     scripted = ScriptedLlmForTest(["Sure. The laun", "ch code is 0000", " and more text", " after it."], name=MODEL)
