@@ -25,6 +25,7 @@ import yaml
 from models.llm import EmbeddedLlm
 from server.openai_api import CHAT_API
 from tests.support.llm_server import LlmServer
+from tests.support.processes import stop_process
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.scripted_llm import ScriptedLlmForTest
 
@@ -534,10 +535,31 @@ async def test_redis_mode_processes_share_rate_limit_and_cache(redis_server: Red
             await client.close()
     finally:
         for proc, _ in procs:
-            proc.terminate()
-        for proc, _ in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, timeout=20)
+
+
+async def test_redis_unreachable_rate_limiter_refuses_and_caches_are_skipped(vigil) -> None:
+    closed = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    limited = await vigil(api=KEYS, redis={"url": closed})
+    client = client_for(limited)
+    for _ in range(2):  # refused rather than let through unlimited, and again: nothing is left half-done
+        with pytest.raises(openai.InternalServerError) as error:
+            await client.models.list()
+        assert error.value.status_code == 503 and error.value.code == "rate_limiter_unavailable"
+        assert int(error.value.response.headers["retry-after"]) >= 1
+    await client.close()
+
+    # Without a rate limit the chat still answers; the Redis caches are skipped (a miss), never an error.
+    unlimited = await vigil(api={**KEYS, "rate_limit": None, "cache": {"exact": True, "semantic": True}},
+                            redis={"url": closed})
+    client = client_for(unlimited)
+    ask = {"model": MODEL, "messages": FRANCE, "max_tokens": 8, "temperature": 0}
+    answers = []
+    for stream in (False, False, True):
+        raw = await client.chat.completions.with_raw_response.create(**ask, stream=stream)
+        assert raw.headers["x-vigil-cache"] == "miss"
+        parsed = raw.parse()
+        answers.append(parsed.choices[0].message.content if not stream else "".join(
+            [c.choices[0].delta.content or "" async for c in parsed if c.choices]))
+    assert answers[0] and answers.count(answers[0]) == 3  # generated each time, alike at temperature 0
+    await client.close()
