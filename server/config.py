@@ -440,6 +440,10 @@ class ApiSettings(Section):
     cache: ChatCacheSettings = ChatCacheSettings()
     prompt: PromptSettings = PromptSettings()
     content_filter: ContentFilterSettings = ContentFilterSettings()
+    disconnect_poll_s: float = Field(
+        0.1, gt=0, le=5, description="How often in-flight chat requests are checked for a client that went away "
+        "(its generation is then cancelled)."
+    )
 
 
 class RedisSettings(Section):

@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 
 API_PREFIX = "/v1/"
 ROLES = {"system", "user", "assistant", "developer"}  # developer: OpenAI's newer name for system
-DISCONNECT_POLL_S = 0.05
 
 T = TypeVar("T")
 STAGE_TIMER = web.RequestKey("vigil_stage_timer", StageTimer)
@@ -129,6 +128,7 @@ class ChatApi:
             else InProcessRateLimiter()
         )
         self.in_flight = 0
+        self.disconnects = DisconnectWatcher(api.disconnect_poll_s)
         self._pipeline: ChatPipeline | None = None
         self._owned_llm: LanguageModel | None = None
         self._loading = asyncio.Lock()
@@ -212,6 +212,7 @@ class ChatApi:
         return ChatPipeline(llm, prompt, caches, new_filter)
 
     async def close(self) -> None:
+        await self.disconnects.close()
         if self._owned_llm is not None:
             await self._owned_llm.close()
         await self.limiter.close()
@@ -391,31 +392,53 @@ def _client_gone(request: web.Request) -> bool:
     return transport is None or transport.is_closing()
 
 
-async def _until_disconnected(request: web.Request) -> None:
-    # aiohttp does not cancel handlers when the client leaves (handler_cancellation is off) and offers no event
-    # for it: poll the transport.
-    while not _client_gone(request):  # noqa: ASYNC110
-        await asyncio.sleep(DISCONNECT_POLL_S)
-
-
 class ClientDisconnected(Exception):
     pass
 
 
-async def _unless_disconnected(request: web.Request, work: Awaitable[T]) -> T:
-    """Run ``work``; cancel it (and so the generation) if the client disconnects first."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_until_disconnected(request))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-            raise ClientDisconnected()
-    return task.result()
+class DisconnectWatcher:
+    """Cancels a request's work when its client goes away.
+
+    aiohttp does not cancel handlers when the client leaves (handler_cancellation is off) and offers no event for
+    it, so transports are polled; but by one timer for every request in flight, not one per request: on a small
+    machine each wake-up of this thread can stall llama.cpp's decoding threads, and per-request pollers made those
+    wake-ups grow with concurrency (the pipeline overhead at concurrency 8). The timer stops while nothing is
+    watched."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._watched: dict[asyncio.Future[Any], web.Request] = {}
+        self._left: set[asyncio.Future[Any]] = set()  # work cancelled because its client went away
+        self._poller: asyncio.Task[None] | None = None
+
+    async def run(self, request: web.Request, work: Awaitable[T]) -> T:
+        """Await ``work``; cancel it (and so the generation) and raise ClientDisconnected if the client leaves."""
+        task = asyncio.ensure_future(work)
+        self._watched[task] = request
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.create_task(self._poll(), name="chat-api:disconnects")
+        try:
+            return await task  # cancelling this await (server shutdown) cancels the work too
+        except asyncio.CancelledError:
+            if task in self._left:
+                raise ClientDisconnected() from None
+            raise
+        finally:
+            self._watched.pop(task, None)
+            self._left.discard(task)
+
+    async def _poll(self) -> None:
+        while self._watched:
+            await asyncio.sleep(self.interval_s)
+            for task, request in list(self._watched.items()):
+                if not task.done() and _client_gone(request):
+                    self._left.add(task)
+                    task.cancel()
+
+    async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
 
 
 # ---------------------------------------------------------------- handlers
@@ -460,7 +483,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     try:
         pipeline = await api.pipeline()
         try:
-            plan = await _unless_disconnected(request, pipeline.prepare(chat, timer))
+            plan = await api.disconnects.run(request, pipeline.prepare(chat, timer))
         except (PromptTooLong, LlmRequestError, LlmUnavailable) as exc:
             raise _error_for(exc) from exc
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -469,7 +492,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             response, outcome = await _stream(request, pipeline, plan, chat, body, timer, completion_id, headers)
             return response
         try:
-            text, token_logprobs, end = await _unless_disconnected(request, _collect(pipeline.run(plan, timer)))
+            text, token_logprobs, end = await api.disconnects.run(request, _collect(pipeline.run(plan, timer)))
         except (LlmRequestError, LlmUnavailable) as exc:
             raise _error_for(exc) from exc
         outcome = end.finish_reason
@@ -524,12 +547,13 @@ async def _stream(
 
     The status line waits for the first piece of the answer, so a backend that fails before answering still
     gets a proper error status; a failure after that is reported in the stream (OpenAI's ``{"error": ...}``)."""
+    api = _api(request)
     created = int(time.time())
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     events = pipeline.run(plan, timer)
     try:
         try:
-            first: ChatDelta | ChatEnd | None = await _unless_disconnected(request, anext(events))
+            first: ChatDelta | ChatEnd | None = await api.disconnects.run(request, anext(events))
         except StopAsyncIteration:
             first = None
         except (LlmRequestError, LlmUnavailable) as exc:
@@ -547,11 +571,15 @@ async def _stream(
                                       "logprobs": logprobs}],
                          **extra})
 
+        # A text chunk is the same JSON each time but for its content: encode the rest once, not per token.
+        head, _, tail = chunk({"content": ""}).rpartition(b'""')
+
         async def send(event: ChatDelta | ChatEnd) -> str | None:
             if isinstance(event, ChatDelta):
-                if event.text:
-                    await response.write(chunk({"content": event.text}, logprobs=_logprobs_field(event.logprobs or ())
-                                               if chat.logprobs else None))
+                if event.text and chat.logprobs:
+                    await response.write(chunk({"content": event.text}, logprobs=_logprobs_field(event.logprobs or ())))
+                elif event.text:
+                    await response.write(head + json.dumps(event.text, ensure_ascii=False).encode() + tail)
                 return None
             await response.write(chunk({}, event.finish_reason, vigil=_vigil_field(plan, timer)))
             if include_usage:
@@ -574,7 +602,7 @@ async def _stream(
             return "error"
 
         try:
-            outcome = await _unless_disconnected(request, send_all())
+            outcome = await api.disconnects.run(request, send_all())
         except (ClientDisconnected, ConnectionResetError):
             return response, "disconnected"
         with contextlib.suppress(ConnectionResetError):
