@@ -144,13 +144,23 @@ class ChatApi:
             if llm_config.base_url:  # the plain base_url upstream serves the default model name
                 names.append(llm_config.model)
             for upstream in llm_config.upstreams:
-                names.extend(upstream.models)
+                names.extend(m for m in upstream.models if m != ANY_MODEL)
             router = self._pipeline.llm if self._pipeline is not None else None
             if isinstance(router, RoutedLlm):  # upstreams without configured models list what they discovered
                 names.extend(sorted(m for u in router.upstreams for m in u.models if m != ANY_MODEL))
         elif not names:
             names.append(llm_config.model)
         return list(dict.fromkeys(names))  # the union, in order, without repeats
+
+    async def discover_models(self) -> None:
+        """When an upstream is configured without its models, they are known only from its GET /v1/models: build
+        the router and let it run its first health check (once) before the served models are listed or checked."""
+        llm_config = self.settings.models.llm
+        if llm_config.backend != "openai" or all(u.models for u in llm_config.upstreams):
+            return
+        pipeline = await self.pipeline()
+        if isinstance(pipeline.llm, RoutedLlm):
+            await pipeline.llm.start()
 
     def use_llm_for_test(self, llm: LanguageModel) -> None:
         """Test seam: serve this LanguageModel (e.g. a ScriptedLlmForTest) instead of the configured one."""
@@ -473,6 +483,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     timer: StageTimer = request[STAGE_TIMER]
     with timer.stage("ingress"):
         body, raw = await _read_chat_body(request)
+        await api.discover_models()
         chat = validate_chat(body, raw, api)
     if api.in_flight >= api.settings.api.max_in_flight:
         raise OpenAiApiError(503, "too many requests in flight, try again shortly", type="server_error",
@@ -614,12 +625,14 @@ async def _stream(
 
 async def list_models(request: web.Request) -> web.Response:
     api = _api(request)
+    await api.discover_models()
     return web.json_response({"object": "list", "data": [_model_card(api, m) for m in api.served_models()]})
 
 
 async def get_model(request: web.Request) -> web.Response:
     api = _api(request)
     model = request.match_info["model"]
+    await api.discover_models()
     if model not in api.served_models():
         raise OpenAiApiError(404, f"the model {model!r} does not exist here", type="invalid_request_error",
                              param="model", code="model_not_found")

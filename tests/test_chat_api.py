@@ -222,6 +222,20 @@ async def test_models_are_the_union_of_the_routers_upstreams(vigil) -> None:
     await client.close()
 
 
+async def test_models_discovered_from_an_upstream_configured_without_them(vigil) -> None:
+    with LlmServer() as upstream:
+        listed = [m["id"] for m in (await asyncio.to_thread(upstream.get_json, "/v1/models"))["data"]]
+        server = await vigil(api={**KEYS, **NO_CACHE}, models={"llm": {
+            "backend": "openai", "upstreams": [{"name": "llama", "base_url": upstream.url}]}})
+        client = client_for(server)
+        assert listed and [m.id for m in (await client.models.list()).data] == listed
+        completion = await client.chat.completions.create(model=listed[0], messages=FRANCE, max_tokens=4)
+        assert completion.choices[0].message.content
+        with pytest.raises(openai.NotFoundError):  # the default name is not what this upstream serves
+            await client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=4)
+        await client.close()
+
+
 LONG_TEXT = "Tell me everything about the history of every country in the world, in detail. " * 200
 VALIDATION_CASES = [
     ("role", {"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
