@@ -260,7 +260,10 @@ async def metrics(request: web.Request) -> web.Response:
 async def openapi(request: web.Request) -> web.Response:
     from server.openapi import build_openapi
 
-    return web.json_response(build_openapi(ROUTES))
+    registered = {(route.method, route.resource.canonical) for route in request.app.router.routes()
+                  if route.resource is not None}
+    documented = [route for route in v1_routes() if (route.method, route.path) in registered]  # as configured
+    return web.json_response(build_openapi([*ROUTES, *documented]))
 
 
 # ---------------------------------------------------------------- the route table
@@ -277,6 +280,7 @@ class Route:
     status: int = 200
     errors: tuple[int, ...] = ()
     content_type: str = "application/json"
+    form_fields: tuple[str, ...] = ()  # a multipart/form-data body (no pydantic model): its field names
 
 
 ROUTES: tuple[Route, ...] = (
@@ -309,3 +313,37 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/metrics", metrics, "Prometheus metrics", errors=(401,), content_type=CONTENT_TYPE_LATEST),
     Route("GET", "/openapi.json", openapi, "This document", errors=(401,)),
 )
+
+
+def v1_routes() -> tuple[Route, ...]:
+    """The OpenAI-compatible ``/v1`` endpoints, for ``/openapi.json`` only: ``server.openai_api`` and
+    ``server.audio_api`` register them (when enabled), behind the /v1 ingress (API keys, rate limit)."""
+    from server import audio_api, openai_api  # deferred: they import the serving and batch pipelines
+
+    v1_errors = (400, 401, 404, 413, 429, 503)
+    job = "/v1/audio/transcriptions/jobs/{job_id}"
+    return (
+        Route("POST", "/v1/chat/completions", openai_api.chat_completions,
+              "Chat completion in OpenAI's shape (Server-Sent Events with stream: true)",
+              openai_api.ChatCompletionBody, errors=v1_errors),
+        Route("GET", "/v1/models", openai_api.list_models, "The served chat models", errors=(401, 429)),
+        Route("GET", "/v1/models/{model}", openai_api.get_model, "One served chat model", errors=(401, 404, 429)),
+        Route("POST", "/v1/audio/transcriptions", audio_api.create_transcription,
+              "Transcribe a short audio file (OpenAI's shape)", errors=v1_errors,
+              form_fields=tuple(sorted(audio_api.TRANSCRIPTION_FIELDS))),
+        Route("POST", "/v1/audio/transcriptions/jobs", audio_api.create_transcription_job,
+              "Queue a long audio file as a persisted batch transcription job", status=202, errors=v1_errors,
+              form_fields=tuple(sorted(audio_api.JOB_FIELDS))),
+        Route("GET", "/v1/audio/transcriptions/jobs", audio_api.list_transcription_jobs, "List transcription jobs",
+              errors=(400, 401, 429, 503)),
+        Route("GET", job, audio_api.get_transcription_job, "A transcription job's status and progress",
+              errors=(401, 404, 429)),
+        Route("GET", job + "/result", audio_api.get_transcription_job_result, "A finished job's transcript",
+              errors=(400, 401, 404, 409, 429)),
+        Route("POST", job + "/cancel", audio_api.cancel_transcription_job, "Cancel a transcription job",
+              errors=(401, 404, 409, 429)),
+        Route("DELETE", job, audio_api.delete_transcription_job, "Delete a transcription job and its result",
+              errors=(401, 404, 409, 429)),
+        Route("POST", "/v1/audio/speech", audio_api.create_speech, "Synthesise speech (OpenAI's shape)",
+              audio_api.SpeechRequest, errors=v1_errors, content_type="application/octet-stream"),
+    )

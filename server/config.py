@@ -431,7 +431,8 @@ class ApiSettings(Section):
     )
     chat: bool = Field(True, description="Serve /v1/chat/completions and /v1/models.")
     served_models: list[str] = Field(
-        default_factory=list, description="Model names clients may ask for; empty: [models.llm.model]."
+        default_factory=list, description="Model names clients may ask for; empty: [models.llm.model]. With "
+        "models.llm.upstreams, added to the union of the upstreams' models."
     )
     preload: bool = Field(False, description="Load the chat models at start-up instead of on the first request.")
     max_messages: int = Field(64, ge=1)
@@ -442,6 +443,10 @@ class ApiSettings(Section):
     cache: ChatCacheSettings = ChatCacheSettings()
     prompt: PromptSettings = PromptSettings()
     content_filter: ContentFilterSettings = ContentFilterSettings()
+    disconnect_poll_s: float = Field(
+        0.1, gt=0, le=5, description="How often in-flight chat requests are checked for a client that went away "
+        "(its generation is then cancelled)."
+    )
 
 
 class RedisSettings(Section):

@@ -22,7 +22,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,13 +32,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from models.embeddings import TextEmbedder
 from models.llm import ChatMessage, LanguageModel, LlmRequestError, LlmUnavailable
 from models.packaged import ModelNotAvailable
+from models.router import ANY_MODEL, RoutedLlm
 from pipelines.serving.cache import (
     InProcessExactCache,
     InProcessSemanticCache,
     RedisExactCache,
     RedisSemanticCache,
 )
-from pipelines.serving.chat import CacheConfig, ChatDelta, ChatEnd, ChatInput, ChatPipeline, ChatPlan
+from pipelines.serving.chat import CacheConfig, ChatDelta, ChatEnd, ChatInput, ChatPipeline, ChatPlan, TokenLogprob
 from pipelines.serving.content_filter import StreamingContentFilter
 from pipelines.serving.prompt import PromptBuilder, PromptTooLong
 from pipelines.serving.ratelimit import InProcessRateLimiter, RateLimiter, RedisRateLimiter
@@ -52,7 +53,6 @@ log = logging.getLogger(__name__)
 
 API_PREFIX = "/v1/"
 ROLES = {"system", "user", "assistant", "developer"}  # developer: OpenAI's newer name for system
-DISCONNECT_POLL_S = 0.05
 
 T = TypeVar("T")
 STAGE_TIMER = web.RequestKey("vigil_stage_timer", StageTimer)
@@ -88,6 +88,7 @@ class ChatCompletionBody(_Body):
     stop: str | list[str] | None = None
     seed: int | None = None
     logprobs: bool | None = None
+    top_logprobs: int | None = None
     context_documents: list[str] | None = None  # Vigil's extension: reference texts for the system prompt
 
 
@@ -116,7 +117,6 @@ class ChatApi:
         api = settings.api
         self.keys = [ApiKeyEntry(k.name, k.key.get_secret_value().encode(), k.rate_limit) for k in api.keys]
         self.fallback_token = settings.auth.token.get_secret_value().encode() if settings.auth.token else None
-        self.served_models = list(api.served_models or [settings.models.llm.model])
         self.created = int(time.time())
         self.redis: Any = None
         if settings.redis.url is not None:
@@ -128,10 +128,39 @@ class ChatApi:
             else InProcessRateLimiter()
         )
         self.in_flight = 0
+        self.disconnects = DisconnectWatcher(api.disconnect_poll_s)
         self._pipeline: ChatPipeline | None = None
         self._owned_llm: LanguageModel | None = None
         self._loading = asyncio.Lock()
         self._llm_for_test: LanguageModel | None = None
+
+    def served_models(self) -> list[str]:
+        """Model ids clients may ask for. With the router's upstreams: the union of the models each upstream is
+        configured with (or, once the router ran its first health check, discovered), plus ``api.served_models``;
+        otherwise ``api.served_models`` or else ``models.llm.model``."""
+        llm_config = self.settings.models.llm
+        names = list(self.settings.api.served_models)
+        if llm_config.backend == "openai" and llm_config.upstreams:
+            if llm_config.base_url:  # the plain base_url upstream serves the default model name
+                names.append(llm_config.model)
+            for upstream in llm_config.upstreams:
+                names.extend(m for m in upstream.models if m != ANY_MODEL)
+            router = self._pipeline.llm if self._pipeline is not None else None
+            if isinstance(router, RoutedLlm):  # upstreams without configured models list what they discovered
+                names.extend(sorted(m for u in router.upstreams for m in u.models if m != ANY_MODEL))
+        elif not names:
+            names.append(llm_config.model)
+        return list(dict.fromkeys(names))  # the union, in order, without repeats
+
+    async def discover_models(self) -> None:
+        """When an upstream is configured without its models, they are known only from its GET /v1/models: build
+        the router and let it run its first health check (once) before the served models are listed or checked."""
+        llm_config = self.settings.models.llm
+        if llm_config.backend != "openai" or all(u.models for u in llm_config.upstreams):
+            return
+        pipeline = await self.pipeline()
+        if isinstance(pipeline.llm, RoutedLlm):
+            await pipeline.llm.start()
 
     def use_llm_for_test(self, llm: LanguageModel) -> None:
         """Test seam: serve this LanguageModel (e.g. a ScriptedLlmForTest) instead of the configured one."""
@@ -193,6 +222,7 @@ class ChatApi:
         return ChatPipeline(llm, prompt, caches, new_filter)
 
     async def close(self) -> None:
+        await self.disconnects.close()
         if self._owned_llm is not None:
             await self._owned_llm.close()
         await self.limiter.close()
@@ -290,9 +320,10 @@ def validate_chat(body: ChatCompletionBody, raw: dict[str, Any], api: ChatApi) -
     if isinstance(response_format, dict) and response_format.get("type") not in (None, "text"):
         raise _invalid("only response_format {'type': 'text'} is supported", "response_format",
                        "unsupported_parameter")
-    if body.model not in api.served_models:
-        raise _invalid(f"model {body.model!r} is not served here; choose one of {api.served_models}", "model",
-                       "model_not_found")
+    served = api.served_models()
+    if body.model not in served:  # OpenAI answers an unknown model with 404 model_not_found
+        raise OpenAiApiError(404, f"the model {body.model!r} does not exist here; choose one of {served}",
+                             type="invalid_request_error", param="model", code="model_not_found")
     if not body.messages:
         raise _invalid("messages must contain at least one message", "messages")
     if len(body.messages) > config.max_messages:
@@ -323,8 +354,12 @@ def validate_chat(body: ChatCompletionBody, raw: dict[str, Any], api: ChatApi) -
         raise _invalid(f"top_p must be in (0, 1] (got {body.top_p})", "top_p")
     if body.n not in (None, 1):
         raise _invalid("only n = 1 is supported", "n", "unsupported_parameter")
-    if body.logprobs:
-        raise _invalid("logprobs are not supported by this server", "logprobs", "unsupported_parameter")
+    if body.top_logprobs is not None:
+        if not body.logprobs:
+            raise _invalid("top_logprobs requires logprobs: true", "top_logprobs")
+        if body.top_logprobs != 0:  # llama.cpp's streamed chunks carry no alternatives to report
+            raise _invalid(f"only top_logprobs 0 is supported (got {body.top_logprobs})", "top_logprobs",
+                           "unsupported_parameter")
     if body.stream_options is not None and not body.stream:
         raise _invalid("stream_options is only allowed with stream: true", "stream_options")
     stop = [body.stop] if isinstance(body.stop, str) else body.stop
@@ -337,7 +372,8 @@ def validate_chat(body: ChatCompletionBody, raw: dict[str, Any], api: ChatApi) -
     if any(len(d) > config.max_message_chars for d in documents):
         raise _invalid(f"a context document is longer than {config.max_message_chars} characters",
                        "context_documents")
-    return ChatInput(messages, body.model, max_tokens, temperature, body.top_p, stop or None, body.seed, documents)
+    return ChatInput(messages, body.model, max_tokens, temperature, body.top_p, stop or None, body.seed, documents,
+                     logprobs=bool(body.logprobs))
 
 
 async def _read_chat_body(request: web.Request) -> tuple[ChatCompletionBody, dict[str, Any]]:
@@ -366,31 +402,53 @@ def _client_gone(request: web.Request) -> bool:
     return transport is None or transport.is_closing()
 
 
-async def _until_disconnected(request: web.Request) -> None:
-    # aiohttp does not cancel handlers when the client leaves (handler_cancellation is off) and offers no event
-    # for it: poll the transport.
-    while not _client_gone(request):  # noqa: ASYNC110
-        await asyncio.sleep(DISCONNECT_POLL_S)
-
-
 class ClientDisconnected(Exception):
     pass
 
 
-async def _unless_disconnected(request: web.Request, work: Awaitable[T]) -> T:
-    """Run ``work``; cancel it (and so the generation) if the client disconnects first."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_until_disconnected(request))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-            raise ClientDisconnected()
-    return task.result()
+class DisconnectWatcher:
+    """Cancels a request's work when its client goes away.
+
+    aiohttp does not cancel handlers when the client leaves (handler_cancellation is off) and offers no event for
+    it, so transports are polled; but by one timer for every request in flight, not one per request: on a small
+    machine each wake-up of this thread can stall llama.cpp's decoding threads, and per-request pollers made those
+    wake-ups grow with concurrency (the pipeline overhead at concurrency 8). The timer stops while nothing is
+    watched."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._watched: dict[asyncio.Future[Any], web.Request] = {}
+        self._left: set[asyncio.Future[Any]] = set()  # work cancelled because its client went away
+        self._poller: asyncio.Task[None] | None = None
+
+    async def run(self, request: web.Request, work: Awaitable[T]) -> T:
+        """Await ``work``; cancel it (and so the generation) and raise ClientDisconnected if the client leaves."""
+        task = asyncio.ensure_future(work)
+        self._watched[task] = request
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.create_task(self._poll(), name="chat-api:disconnects")
+        try:
+            return await task  # cancelling this await (server shutdown) cancels the work too
+        except asyncio.CancelledError:
+            if task in self._left:
+                raise ClientDisconnected() from None
+            raise
+        finally:
+            self._watched.pop(task, None)
+            self._left.discard(task)
+
+    async def _poll(self) -> None:
+        while self._watched:
+            await asyncio.sleep(self.interval_s)
+            for task, request in list(self._watched.items()):
+                if not task.done() and _client_gone(request):
+                    self._left.add(task)
+                    task.cancel()
+
+    async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
 
 
 # ---------------------------------------------------------------- handlers
@@ -425,6 +483,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     timer: StageTimer = request[STAGE_TIMER]
     with timer.stage("ingress"):
         body, raw = await _read_chat_body(request)
+        await api.discover_models()
         chat = validate_chat(body, raw, api)
     if api.in_flight >= api.settings.api.max_in_flight:
         raise OpenAiApiError(503, "too many requests in flight, try again shortly", type="server_error",
@@ -435,7 +494,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     try:
         pipeline = await api.pipeline()
         try:
-            plan = await _unless_disconnected(request, pipeline.prepare(chat, timer))
+            plan = await api.disconnects.run(request, pipeline.prepare(chat, timer))
         except (PromptTooLong, LlmRequestError, LlmUnavailable) as exc:
             raise _error_for(exc) from exc
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -444,7 +503,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             response, outcome = await _stream(request, pipeline, plan, chat, body, timer, completion_id, headers)
             return response
         try:
-            text, end = await _unless_disconnected(request, _collect(pipeline.run(plan, timer)))
+            text, token_logprobs, end = await api.disconnects.run(request, _collect(pipeline.run(plan, timer)))
         except (LlmRequestError, LlmUnavailable) as exc:
             raise _error_for(exc) from exc
         outcome = end.finish_reason
@@ -453,7 +512,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             "id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": chat.model,
             "system_fingerprint": None,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": end.finish_reason, "logprobs": None}],
+                         "finish_reason": end.finish_reason,
+                         "logprobs": _logprobs_field(token_logprobs) if chat.logprobs else None}],
             "usage": _usage(end), "vigil": _vigil_field(plan, timer),
         }, headers=headers)
     except ClientDisconnected:
@@ -467,14 +527,22 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         timer.observe()
 
 
-async def _collect(events: AsyncIterator[ChatDelta | ChatEnd]) -> tuple[str, ChatEnd]:
+def _logprobs_field(tokens: Iterable[TokenLogprob]) -> dict[str, Any]:
+    """OpenAI's ``choices[i].logprobs``; no alternatives (top_logprobs 0)."""
+    return {"content": [{"token": t.token, "logprob": t.logprob, "bytes": list(t.token.encode()), "top_logprobs": []}
+                        for t in tokens], "refusal": None}
+
+
+async def _collect(events: AsyncIterator[ChatDelta | ChatEnd]) -> tuple[str, list[TokenLogprob], ChatEnd]:
     pieces: list[str] = []
+    token_logprobs: list[TokenLogprob] = []
     async with contextlib.aclosing(events) as stream:
         async for event in stream:
             if isinstance(event, ChatDelta):
                 pieces.append(event.text)
+                token_logprobs.extend(event.logprobs or ())
             else:
-                return "".join(pieces), event
+                return "".join(pieces), token_logprobs, event
     raise LlmUnavailable("the answer ended without a finish")
 
 
@@ -490,12 +558,13 @@ async def _stream(
 
     The status line waits for the first piece of the answer, so a backend that fails before answering still
     gets a proper error status; a failure after that is reported in the stream (OpenAI's ``{"error": ...}``)."""
+    api = _api(request)
     created = int(time.time())
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     events = pipeline.run(plan, timer)
     try:
         try:
-            first: ChatDelta | ChatEnd | None = await _unless_disconnected(request, anext(events))
+            first: ChatDelta | ChatEnd | None = await api.disconnects.run(request, anext(events))
         except StopAsyncIteration:
             first = None
         except (LlmRequestError, LlmUnavailable) as exc:
@@ -505,16 +574,23 @@ async def _stream(
                                                **headers})
         await response.prepare(request)
 
-        def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None,
+                  logprobs: dict[str, Any] | None = None, **extra: Any) -> bytes:
             return _sse({"id": completion_id, "object": "chat.completion.chunk", "created": created,
                          "model": chat.model, "system_fingerprint": None,
-                         "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
+                         "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason,
+                                      "logprobs": logprobs}],
                          **extra})
+
+        # A text chunk is the same JSON each time but for its content: encode the rest once, not per token.
+        head, _, tail = chunk({"content": ""}).rpartition(b'""')
 
         async def send(event: ChatDelta | ChatEnd) -> str | None:
             if isinstance(event, ChatDelta):
-                if event.text:
-                    await response.write(chunk({"content": event.text}))
+                if event.text and chat.logprobs:
+                    await response.write(chunk({"content": event.text}, logprobs=_logprobs_field(event.logprobs or ())))
+                elif event.text:
+                    await response.write(head + json.dumps(event.text, ensure_ascii=False).encode() + tail)
                 return None
             await response.write(chunk({}, event.finish_reason, vigil=_vigil_field(plan, timer)))
             if include_usage:
@@ -537,7 +613,7 @@ async def _stream(
             return "error"
 
         try:
-            outcome = await _unless_disconnected(request, send_all())
+            outcome = await api.disconnects.run(request, send_all())
         except (ClientDisconnected, ConnectionResetError):
             return response, "disconnected"
         with contextlib.suppress(ConnectionResetError):
@@ -549,14 +625,17 @@ async def _stream(
 
 async def list_models(request: web.Request) -> web.Response:
     api = _api(request)
-    return web.json_response({"object": "list", "data": [_model_card(api, m) for m in api.served_models]})
+    await api.discover_models()
+    return web.json_response({"object": "list", "data": [_model_card(api, m) for m in api.served_models()]})
 
 
 async def get_model(request: web.Request) -> web.Response:
     api = _api(request)
     model = request.match_info["model"]
-    if model not in api.served_models:
-        raise OpenAiApiError(404, f"model {model!r} is not served here", param="model", code="model_not_found")
+    await api.discover_models()
+    if model not in api.served_models():
+        raise OpenAiApiError(404, f"the model {model!r} does not exist here", type="invalid_request_error",
+                             param="model", code="model_not_found")
     return web.json_response(_model_card(api, model))
 
 

@@ -39,6 +39,12 @@ def build_openapi(routes: Iterable[Any]) -> dict[str, Any]:
                 "required": True,
                 "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{route.body.__name__}"}}},
             }
+        form_fields = getattr(route, "form_fields", ())
+        if form_fields:
+            fields = {f: {"type": "string", "format": "binary"} if f == "file" else {"type": "string"}
+                      for f in form_fields}
+            operation["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": {
+                "type": "object", "properties": fields, "required": [f for f in ("file", "model") if f in fields]}}}}
         ok: dict[str, Any] = {"description": "OK" if route.status < 300 else "Switching protocols"}
         if route.status == 204:
             ok["description"] = "No content"

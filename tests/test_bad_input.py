@@ -131,3 +131,31 @@ async def test_openapi_describes_the_rest_api(vigil):
     assert offer["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/OfferRequest")
     assert "OfferResponse" in spec["components"]["schemas"]
     assert json.dumps(spec)  # serialisable end to end
+
+
+async def test_openapi_describes_the_v1_endpoints_that_are_enabled(vigil):
+    server = await vigil()
+    status, spec = await _request("GET", f"{server.url}/openapi.json")
+    assert status == 200
+    paths = spec["paths"]
+    chat = paths["/v1/chat/completions"]["post"]
+    assert chat["summary"] and chat["operationId"] == "chat_completions"
+    schema_ref = chat["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    body_schema = spec["components"]["schemas"][schema_ref.rsplit("/", 1)[1]]
+    assert {"model", "messages", "stream", "logprobs"} <= set(body_schema["properties"])
+    assert set(paths["/v1/models"]) == {"get"} and "404" in paths["/v1/models/{model}"]["get"]["responses"]
+    upload = paths["/v1/audio/transcriptions"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert upload["properties"]["file"]["format"] == "binary" and upload["required"] == ["file", "model"]
+    assert "202" in paths["/v1/audio/transcriptions/jobs"]["post"]["responses"]
+    assert {"get", "delete"} == set(paths["/v1/audio/transcriptions/jobs/{job_id}"])
+    speech = paths["/v1/audio/speech"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert "input" in spec["components"]["schemas"][speech.rsplit("/", 1)[1]]["properties"]
+    # every documented operation is a registered route (none invented)
+    routes = {(r.method, r.resource.canonical) for r in server.app.router.routes() if r.resource is not None}
+    for path, operations in paths.items():
+        for method in operations:
+            assert (method.upper(), path) in routes, (method, path)
+
+    without = await vigil(api={"chat": False}, transcription={"enabled": False}, speech={"enabled": False})
+    _, spec = await _request("GET", f"{without.url}/openapi.json")
+    assert not [path for path in spec["paths"] if path.startswith("/v1/")]  # what is off is not described

@@ -25,6 +25,7 @@ import yaml
 from models.llm import EmbeddedLlm
 from server.openai_api import CHAT_API
 from tests.support.llm_server import LlmServer
+from tests.support.processes import stop_process
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.scripted_llm import ScriptedLlmForTest
 
@@ -187,6 +188,54 @@ async def test_rate_limit_answers_429_with_retry_after(vigil) -> None:
     await other.close()
 
 
+async def test_models_are_the_union_of_the_routers_upstreams(vigil) -> None:
+    # Nothing listens on these upstreams: /v1/models answers from the configuration alone.
+    down = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]
+    server = await vigil(api={**KEYS, **NO_CACHE, "served_models": ["house-alias"]}, models={"llm": {
+        "backend": "openai", "upstreams": [{"name": "a", "base_url": down[0], "models": ["llama-8b", "qwen-7b"]},
+                                           {"name": "b", "base_url": down[1], "models": ["qwen-7b", "mistral-7b"]}],
+        "routing": {"health_timeout_s": 1}}})
+    client = client_for(server)
+    served = ["house-alias", "llama-8b", "qwen-7b", "mistral-7b"]
+    assert [m.id for m in (await client.models.list()).data] == served
+    assert (await client.models.retrieve("mistral-7b")).id == "mistral-7b"
+    with pytest.raises(openai.NotFoundError) as error:
+        await client.models.retrieve(MODEL)  # the default model name is not served by any upstream
+    assert error.value.code == "model_not_found"
+    for stream in (False, True):
+        with pytest.raises(openai.NotFoundError) as error:
+            await client.chat.completions.create(model="gpt-4o", messages=FRANCE, max_tokens=4, stream=stream)
+        body = error.value.body
+        assert error.value.status_code == 404 and isinstance(body, dict)
+        assert body["code"] == "model_not_found" and body["param"] == "model" and "mistral-7b" in body["message"]
+    # A served model passes validation and reaches the router, whose upstreams are down: a clear 503.
+    with pytest.raises(openai.InternalServerError) as unavailable:
+        await client.chat.completions.create(model="llama-8b", messages=FRANCE, max_tokens=4)
+    assert unavailable.value.status_code == 503 and unavailable.value.code == "model_unavailable"
+    await client.close()
+
+    embedded = await vigil(api={**KEYS, **NO_CACHE, "served_models": ["smol", MODEL]})
+    client = client_for(embedded)
+    assert [m.id for m in (await client.models.list()).data] == ["smol", MODEL]  # served_models replaces the name
+    with pytest.raises(openai.NotFoundError):
+        await client.chat.completions.create(model="gpt-4o", messages=FRANCE, max_tokens=4)
+    await client.close()
+
+
+async def test_models_discovered_from_an_upstream_configured_without_them(vigil) -> None:
+    with LlmServer() as upstream:
+        listed = [m["id"] for m in (await asyncio.to_thread(upstream.get_json, "/v1/models"))["data"]]
+        server = await vigil(api={**KEYS, **NO_CACHE}, models={"llm": {
+            "backend": "openai", "upstreams": [{"name": "llama", "base_url": upstream.url}]}})
+        client = client_for(server)
+        assert listed and [m.id for m in (await client.models.list()).data] == listed
+        completion = await client.chat.completions.create(model=listed[0], messages=FRANCE, max_tokens=4)
+        assert completion.choices[0].message.content
+        with pytest.raises(openai.NotFoundError):  # the default name is not what this upstream serves
+            await client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=4)
+        await client.close()
+
+
 LONG_TEXT = "Tell me everything about the history of every country in the world, in detail. " * 200
 VALIDATION_CASES = [
     ("role", {"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
@@ -199,7 +248,6 @@ VALIDATION_CASES = [
     ("max_tokens not a number", {"max_tokens": "many"}, "max_tokens"),
     ("temperature", {"temperature": 2.5}, "temperature"),
     ("top_p", {"top_p": 0}, "top_p"),
-    ("unknown model", {"model": "gpt-4o"}, "model"),
     ("n", {"n": 2}, "n"),
     ("tools", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
     ("too many documents", {"extra_body": {"context_documents": ["doc"] * 5}}, "context_documents"),
@@ -300,6 +348,63 @@ async def test_pii_is_masked_across_chunk_boundaries(vigil) -> None:
     whole = await client.chat.completions.create(model=MODEL, messages=FRANCE)
     assert whole.choices[0].message.content == PII_MASKED
     assert await metric(server, 'vigil_api_content_filter_total{action="masked_phone"}') >= 2
+    await client.close()
+
+
+def _check_token_logprobs(entries: list[Any], text: str) -> None:
+    assert entries and "".join(e.token for e in entries) == text
+    for entry in entries:
+        assert entry.logprob <= 0 and entry.top_logprobs == []
+        assert bytes(entry.bytes) == entry.token.encode()
+
+
+async def test_logprobs_stream_and_non_stream(vigil) -> None:
+    server = await vigil(api={**KEYS, "cache": {"exact": True, "semantic": False}})
+    client = client_for(server)
+    ask = {"model": MODEL, "messages": FRANCE, "max_tokens": 12, "temperature": 0, "logprobs": True}
+    raw = await client.chat.completions.with_raw_response.create(**ask)
+    completion = raw.parse()
+    assert raw.headers["x-vigil-cache"] == "bypass"  # logprob requests never enter or use the caches
+    whole = completion.choices[0].logprobs.content
+    _check_token_logprobs(whole, completion.choices[0].message.content)
+    assert len(whole) == completion.usage.completion_tokens  # one entry per generated token
+    assert any(entry.logprob < 0 for entry in whole)
+    again = await client.chat.completions.with_raw_response.create(**ask)
+    assert again.headers["x-vigil-cache"] == "bypass"
+
+    stream = await client.chat.completions.create(**ask, stream=True)
+    chunks = [c async for c in stream]
+    streamed = [entry for c in chunks if c.choices and c.choices[0].logprobs for entry in c.choices[0].logprobs.content]
+    for c in chunks:  # each chunk's entries are the tokens of its own delta
+        if c.choices and c.choices[0].delta.content:
+            assert "".join(e.token for e in c.choices[0].logprobs.content) == c.choices[0].delta.content
+    assert [e.token for e in streamed] == [e.token for e in whole]  # temperature 0: the same tokens
+    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in whole], abs=1e-3)
+
+    plain = await client.chat.completions.create(**{**ask, "logprobs": False})
+    assert plain.choices[0].logprobs is None
+    for change, code in (({"top_logprobs": 2}, "unsupported_parameter"), ({"logprobs": False, "top_logprobs": 0},
+                                                                          None)):
+        with pytest.raises(openai.BadRequestError) as error:
+            await client.chat.completions.create(**{**ask, **change})
+        assert error.value.body["param"] == "top_logprobs" and error.value.code == code
+    assert (await client.chat.completions.create(**ask, top_logprobs=0)).choices[0].logprobs.content
+    await client.close()
+
+
+async def test_logprobs_never_echo_masked_pii(vigil) -> None:
+    server = await vigil(api={**KEYS, **NO_CACHE})
+    server.app[CHAT_API].use_llm_for_test(ScriptedLlmForTest(PII_SCRIPT, name=MODEL, logprob=-0.5))
+    client = client_for(server)
+    stream = await client.chat.completions.create(model=MODEL, messages=FRANCE, stream=True, logprobs=True)
+    chunks = [c async for c in stream if c.choices and c.choices[0].delta.content]
+    entries = [entry for c in chunks for entry in c.choices[0].logprobs.content]
+    _check_token_logprobs(entries, PII_MASKED)
+    for secret in ("010", "5678", "bob", "example", "900101", "234567"):
+        assert not any(secret in entry.token for entry in entries), secret
+    assert sum(entry.logprob for entry in entries) == pytest.approx(-0.5 * len(PII_SCRIPT))  # every token counted
+    whole = await client.chat.completions.create(model=MODEL, messages=FRANCE, logprobs=True)
+    _check_token_logprobs(whole.choices[0].logprobs.content, PII_MASKED)
     await client.close()
 
 
@@ -444,10 +549,31 @@ async def test_redis_mode_processes_share_rate_limit_and_cache(redis_server: Red
             await client.close()
     finally:
         for proc, _ in procs:
-            proc.terminate()
-        for proc, _ in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, timeout=20)
+
+
+async def test_redis_unreachable_rate_limiter_refuses_and_caches_are_skipped(vigil) -> None:
+    closed = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    limited = await vigil(api=KEYS, redis={"url": closed})
+    client = client_for(limited)
+    for _ in range(2):  # refused rather than let through unlimited, and again: nothing is left half-done
+        with pytest.raises(openai.InternalServerError) as error:
+            await client.models.list()
+        assert error.value.status_code == 503 and error.value.code == "rate_limiter_unavailable"
+        assert int(error.value.response.headers["retry-after"]) >= 1
+    await client.close()
+
+    # Without a rate limit the chat still answers; the Redis caches are skipped (a miss), never an error.
+    unlimited = await vigil(api={**KEYS, "rate_limit": None, "cache": {"exact": True, "semantic": True}},
+                            redis={"url": closed})
+    client = client_for(unlimited)
+    ask = {"model": MODEL, "messages": FRANCE, "max_tokens": 8, "temperature": 0}
+    answers = []
+    for stream in (False, False, True):
+        raw = await client.chat.completions.with_raw_response.create(**ask, stream=stream)
+        assert raw.headers["x-vigil-cache"] == "miss"
+        parsed = raw.parse()
+        answers.append(parsed.choices[0].message.content if not stream else "".join(
+            [c.choices[0].delta.content or "" async for c in parsed if c.choices]))
+    assert answers[0] and answers.count(answers[0]) == 3  # generated each time, alike at temperature 0
+    await client.close()

@@ -22,6 +22,7 @@ from pipelines.serving.cache import (
     RedisExactCache,
     RedisSemanticCache,
 )
+from pipelines.serving.chat import LogprobTracker, TokenLogprob
 from pipelines.serving.content_filter import StreamingContentFilter
 from pipelines.serving.prompt import PromptBuilder, PromptTooLong
 from pipelines.serving.ratelimit import InProcessRateLimiter, RedisRateLimiter
@@ -151,6 +152,27 @@ def test_any_chunking_gives_the_same_masked_text(data: st.DataObject) -> None:
     whole = StreamingContentFilter().filter_all(text).text
     assert not blocked and "".join(out) == whole
     assert "1234" not in "".join(out) and "@" not in "".join(out)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_logprobs_follow_the_filtered_text_in_whole_tokens(data: st.DataObject) -> None:
+    text = "Call me at 010-1234-5678 or write to bob@example.com, my RRN is 900101-1234567. Bye now!"
+    cuts = sorted(data.draw(st.lists(st.integers(1, len(text) - 1), max_size=30, unique=True)))
+    tokens = [text[i:j] for i, j in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    content_filter, tracker = StreamingContentFilter(), LogprobTracker()
+    sent: list[tuple[str, tuple[TokenLogprob, ...]]] = []
+    for index, token in enumerate(tokens):
+        tracker.add(token, -float(index + 1))
+        released = content_filter.feed(token).text
+        sent.append(tracker.release(released, content_filter.held_chars))
+    sent.append(tracker.release(content_filter.finish().text, 0))
+    assert "".join(out for out, _ in sent) == StreamingContentFilter().filter_all(text).text
+    for out, entries in sent:  # each piece sent carries exactly the tokens it is made of
+        assert "".join(entry.token for entry in entries) == out
+    entries = [entry for _, piece in sent for entry in piece]
+    assert sum(entry.logprob or 0 for entry in entries) == -sum(range(1, len(tokens) + 1))  # none lost
+    assert not any(secret in entry.token for entry in entries for secret in ("1234", "bob", "900101"))
 
 
 def test_text_is_held_back_only_while_it_may_become_pii() -> None:

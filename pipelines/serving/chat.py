@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -42,6 +43,7 @@ class ChatInput:
     stop: list[str] | None = None
     seed: int | None = None
     documents: list[str] = field(default_factory=list)
+    logprobs: bool = False  # report each sent token's log-probability (such requests bypass the caches)
 
 
 @dataclass
@@ -80,8 +82,58 @@ class ChatPlan:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    token: str
+    logprob: float | None  # None: the backend did not report it
+
+
+@dataclass(frozen=True)
 class ChatDelta:
     text: str
+    logprobs: tuple[TokenLogprob, ...] | None = None  # when asked for: the tokens this delta completes
+
+
+class LogprobTracker:
+    """Pairs the text sent with the log-probabilities of the tokens it came from, when the content filter sits
+    between them: it holds text back (possibly mid-token) and masks some.
+
+    Text is passed on in whole tokens: what the filter releases waits here until the tokens it belongs to are
+    complete. Tokens whose own text was sent unchanged get one entry each; where the filter changed the text
+    (a mask), the tokens behind it become one entry carrying the text sent (the mask, never the masked PII) and
+    their summed log-probability."""
+
+    def __init__(self) -> None:
+        self._pending: deque[tuple[int, str, float | None]] = deque()  # (end offset in the raw text, text, logprob)
+        self._fed = 0  # raw characters generated
+        self._complete: list[tuple[str, float | None]] = []  # tokens fully released, not yet passed on
+        self._released = ""  # released text not yet passed on
+
+    def add(self, text: str, logprob: float | None) -> None:
+        self._fed += len(text)
+        self._pending.append((self._fed, text, logprob))
+
+    def release(self, released: str, held_chars: int) -> tuple[str, tuple[TokenLogprob, ...]]:
+        """Take what the filter released (``held_chars`` are still held); return the text to send now and the
+        entries of the tokens it completes."""
+        self._released += released
+        released_upto = self._fed - held_chars
+        while self._pending and self._pending[0][0] <= released_upto:
+            _, text, logprob = self._pending.popleft()
+            self._complete.append((text, logprob))
+        partial = ""  # the released start of a token whose rest is still held
+        if self._pending:
+            end, text, _ = self._pending[0]
+            partial = text[: max(0, released_upto - (end - len(text)))]
+        if not self._complete or not self._released.endswith(partial):
+            return "", ()  # nothing complete yet, or a mask reached into the partial token: wait for it
+        cut = len(self._released) - len(partial)
+        out, self._released = self._released[:cut], self._released[cut:]
+        tokens, self._complete = self._complete, []
+        if out == "".join(text for text, _ in tokens):
+            return out, tuple(TokenLogprob(text, logprob) for text, logprob in tokens)
+        logprobs = [logprob for _, logprob in tokens]
+        total = None if None in logprobs else sum(lp for lp in logprobs if lp is not None)
+        return out, (TokenLogprob(out, total),)
 
 
 @dataclass(frozen=True)
@@ -119,7 +171,7 @@ class ChatPipeline:
         prompt stage, and when it is still running once the prompt is ready, generation starts speculatively so
         its prefill overlaps the lookup; a semantic hit then drops it."""
         caches = self.caches
-        cacheable = (caches.exact is not None or caches.semantic is not None) and (
+        cacheable = (caches.exact is not None or caches.semantic is not None) and not chat.logprobs and (
             chat.temperature == 0 or caches.cache_sampled
         )
         plan = ChatPlan("miss" if cacheable else "bypass", cacheable=cacheable)
@@ -151,7 +203,7 @@ class ChatPipeline:
                     plan.prompt = fitted
                     plan.request = LlmRequest(
                         fitted.messages, max_tokens=chat.max_tokens, temperature=chat.temperature, model=chat.model,
-                        top_p=chat.top_p, stop=chat.stop, seed=chat.seed,
+                        top_p=chat.top_p, stop=chat.stop, seed=chat.seed, logprobs=chat.logprobs,
                     )
                     if semantic is not None and not semantic.done():
                         plan.start_generation(self.llm)
@@ -229,6 +281,7 @@ class ChatPipeline:
         usage: Usage | None = None
         text_chunks = 0
         filter_ms = 0.0
+        logprobs = LogprobTracker() if plan.request.logprobs else None
         llm_start = plan._llm_started or time.perf_counter()
         pending_first, generation = plan._first_chunk, plan._generation or self.llm.generate(plan.request)
         plan._first_chunk = plan._generation = None  # ours now: closed below whatever happens
@@ -249,14 +302,19 @@ class ChatPipeline:
                     text_chunks += 1
                     if content_filter is None:
                         sent.append(chunk.text)
-                        yield ChatDelta(chunk.text)
+                        token = None if logprobs is None else (TokenLogprob(chunk.text, chunk.logprob),)
+                        yield ChatDelta(chunk.text, token)
                         continue
                     filter_start = time.perf_counter()
                     result = content_filter.feed(chunk.text)
+                    out, entries = result.text, None
+                    if logprobs is not None:
+                        logprobs.add(chunk.text, chunk.logprob)
+                        out, entries = logprobs.release(result.text, content_filter.held_chars)
                     filter_ms += (time.perf_counter() - filter_start) * 1000
-                    if result.text:
-                        sent.append(result.text)
-                        yield ChatDelta(result.text)
+                    if out:
+                        sent.append(out)
+                        yield ChatDelta(out, entries)
                     if result.blocked:
                         finish_reason = "content_filter"
                         break  # leaving the block closes the generation upstream
@@ -267,9 +325,12 @@ class ChatPipeline:
         if content_filter is not None and finish_reason != "content_filter":
             with timer.stage("filter"):
                 rest = content_filter.finish()
-            if rest.text:
-                sent.append(rest.text)
-                yield ChatDelta(rest.text)
+            out, entries = rest.text, None
+            if logprobs is not None:
+                out, entries = logprobs.release(rest.text, 0)
+            if out:
+                sent.append(out)
+                yield ChatDelta(out, entries)
             if rest.blocked:
                 finish_reason = "content_filter"
         if content_filter is not None:

@@ -55,6 +55,11 @@ class StreamingContentFilter:
         self.blocked = False
         self.masked: Counter[str] = Counter()
 
+    @property
+    def held_chars(self) -> int:
+        """Characters fed but not released yet (what may still become a match)."""
+        return len(self._held)
+
     def feed(self, chunk: str) -> FilterResult:
         if self.blocked:
             return FilterResult("", blocked=True)

@@ -19,10 +19,10 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any, NoReturn, Self
 
 from models.llm import parse_prometheus, smollm2_path
+from tests.support.processes import ChildServer, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ sys.stdin.read()
 """
 
 
-class LlmServer:
+class LlmServer(ChildServer):
     def __init__(
         self, model_path: str | None = None, *, n_ctx: int = 2048, n_threads: int = 2, ready_timeout: float = 60.0,
         port: int = 0,
@@ -107,26 +107,10 @@ class LlmServer:
         """Kill the server (SIGTERM: no graceful shutdown, like a crashed backend; ``hard``: SIGKILL)."""
         proc, self._proc = self._proc, None
         if proc is not None:
-            if hard:
-                proc.kill()
-            else:
-                proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, hard=hard)
             for pipe in (proc.stdin, proc.stdout):
                 if pipe is not None:
                     pipe.close()
         if self._log is not None:
             self._log.close()
             self._log = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

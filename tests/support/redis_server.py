@@ -6,8 +6,9 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Self
+
+from tests.support.processes import ChildServer, stop_process
 
 REDIS_SERVER = "/usr/bin/redis-server"
 
@@ -18,7 +19,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class RedisServer:
+class RedisServer(ChildServer):
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.port = 0
@@ -54,17 +55,4 @@ class RedisServer:
     def stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+            stop_process(proc)

@@ -12,8 +12,9 @@ from models.llm import ChatMessage, LlmRequest, TokenChunk, Usage
 
 class ScriptedLlmForTest:
     def __init__(self, chunks: list[str], name: str = "scripted", context_window: int = 2048,
-                 hold: asyncio.Event | None = None) -> None:
+                 hold: asyncio.Event | None = None, logprob: float | None = None) -> None:
         self.chunks = chunks
+        self.logprob = logprob  # reported for every chunk when a request asks for logprobs
         self.hold = hold  # when given, each generation waits for it before its first chunk
         self.started = asyncio.Event()  # set once a generation has begun
         self.name = name
@@ -33,7 +34,7 @@ class ScriptedLlmForTest:
                 await self.hold.wait()
             for text in self.chunks:
                 await asyncio.sleep(0)  # a real backend yields to the loop between tokens
-                yield TokenChunk(text)
+                yield TokenChunk(text, self.logprob if request.logprobs else None)
             finished = True
             yield TokenChunk(finish_reason="stop",
                              usage=Usage(self.count_tokens(request.messages), len(self.chunks)))

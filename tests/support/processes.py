@@ -1,0 +1,40 @@
+"""Test helpers for the child processes tests start (servers on loopback): stopping one, and the context-manager
+protocol of a server object (``with RedisServer(...) as server:`` starts it, leaving the block stops it)."""
+
+from __future__ import annotations
+
+import subprocess
+from types import TracebackType
+from typing import Any, Self
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0, *, hard: bool = False) -> None:
+    """SIGTERM (no graceful shutdown asked for, like a crash), then SIGKILL if it is still there after ``timeout``;
+    ``hard``: SIGKILL at once (a process that gets no chance to close anything)."""
+    if hard:
+        proc.kill()
+    else:
+        proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class ChildServer:
+    """Base of the test servers: subclasses implement ``start`` (returns self once ready) and ``stop``."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
