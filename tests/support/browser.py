@@ -6,20 +6,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-import wave
 from collections.abc import Iterator
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
+
+from tests.support.media import write_video
+from tests.support.rtsp import free_port
+from tests.support.speech_files import wav_bytes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -38,38 +38,18 @@ CHROMIUM_FLAGS = [
 GRANT_MEDIA = "--use-fake-ui-for-media-stream"  # answers the permission prompt with "allow"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 # ---------------------------------------------------------------- fake media files for Chromium
 
 
 def write_y4m(path: Path, pictures: list[np.ndarray], fps: int) -> Path:
     """A YUV4MPEG2 (4:2:0) file, the format ``--use-file-for-fake-video-capture`` plays (in a loop)."""
-    height, width = pictures[0].shape[:2]
-    with av.open(str(path), "w", format="yuv4mpegpipe") as container:
-        stream = container.add_stream("rawvideo", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        for index, picture in enumerate(pictures):
-            frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
-            frame.pts, frame.time_base = index, Fraction(1, fps)
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
+    return write_video(path, pictures, fps, codec="rawvideo", container_format="yuv4mpegpipe", options={})
 
 
 def write_wav(path: Path, pcm: np.ndarray, rate: int) -> Path:
     """Mono 16-bit WAV, the format ``--use-file-for-fake-audio-capture`` plays."""
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(pcm.astype(np.int16).tobytes())
+    path.write_bytes(wav_bytes(pcm, rate))
     return path
 
 

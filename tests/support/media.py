@@ -73,13 +73,22 @@ def letterbox(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return canvas
 
 
-def write_video(path: Path, pictures: list[np.ndarray], fps: int) -> Path:
-    """H.264 MP4 from RGB frames (all one size)."""
+def write_video(
+    path: Path,
+    pictures: list[np.ndarray],
+    fps: int,
+    *,
+    codec: str = "libx264",
+    container_format: str | None = None,
+    options: dict[str, str] | None = None,
+) -> Path:
+    """A video from RGB frames (all one size): H.264 MP4 by default; ``codec="rawvideo"`` with
+    ``container_format="yuv4mpegpipe"`` writes a .y4m."""
     height, width = pictures[0].shape[:2]
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=fps)
+    with av.open(str(path), "w", format=container_format) as container:
+        stream = container.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.options = {"preset": "ultrafast", "crf": "18"}
+        stream.options = {"preset": "ultrafast", "crf": "18"} if options is None else options
         for index, picture in enumerate(pictures):
             frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
             frame.pts, frame.time_base = index, Fraction(1, fps)
