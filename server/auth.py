@@ -15,10 +15,15 @@ PUBLIC_PATHS = frozenset({"/", "/index.html", "/favicon.ico"})
 DELEGATED_PREFIXES = ("/v1/",)
 
 
+def bearer_token(header: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` value (HTTP header or gRPC metadata), or None."""
+    return header[7:].strip() if header.lower().startswith("bearer ") else None
+
+
 def presented_token(request: web.Request) -> str | None:
-    header = request.headers.get("Authorization", "")
-    if header.lower().startswith("bearer "):
-        return header[7:].strip()
+    token = bearer_token(request.headers.get("Authorization", ""))
+    if token is not None:
+        return token
     # Browsers cannot set headers on WebSocket upgrades; accept a query parameter too.
     return request.query.get("token")
 

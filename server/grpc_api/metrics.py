@@ -13,6 +13,8 @@ from typing import Any
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
+from server.grpc_api.handlers import behavior_of, with_behavior
+
 CALLS = Counter("vigil_grpc_calls_total", "gRPC calls by method and final status code.", ["method", "code"])
 IN_FLIGHT = Gauge("vigil_grpc_calls_in_flight", "gRPC calls in progress, by method.", ["method"])
 DURATION = Histogram("vigil_grpc_call_seconds", "gRPC call duration (for streams: the whole stream), by method.",
@@ -83,12 +85,5 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         method = handler_call_details.method.rsplit("/", 1)[-1]
-        options = {"request_deserializer": handler.request_deserializer,
-                   "response_serializer": handler.response_serializer}
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(_unary(method, handler.unary_unary), **options)
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(_unary(method, handler.stream_unary), **options)
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(_streaming(method, handler.unary_stream), **options)
-        return grpc.stream_stream_rpc_method_handler(_streaming(method, handler.stream_stream), **options)
+        record = _streaming if handler.response_streaming else _unary
+        return with_behavior(handler, record(method, behavior_of(handler)))

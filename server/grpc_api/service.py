@@ -26,12 +26,14 @@ from aiohttp import web
 from models.llm import ChatMessage, LanguageModel, LlmRequest, LlmRequestError, LlmUnavailable, TokenChunk
 from models.stt import WhisperStt
 from pipelines.voice.loop import VoiceLoop
+from server.auth import bearer_token
 from server.config import Settings
 from server.engines import build_llm, build_stt
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
 from server.grpc_api.audio import BadAudio, PcmDecoder, decode_container, encoding_of
 from server.grpc_api.conversation import Abort, Conversation
+from server.grpc_api.handlers import with_behavior
 from server.grpc_api.metrics import RpcMetrics
 from server.sessions import Analyzers
 
@@ -287,13 +289,7 @@ def _rejecting(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHa
     async def reject(request: Any, context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
-    kinds: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
-        (False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
-        (True, False): grpc.stream_unary_rpc_method_handler, (True, True): grpc.stream_stream_rpc_method_handler,
-    }
-    make = kinds[(handler.request_streaming, handler.response_streaming)]
-    return make(reject, request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer)
+    return with_behavior(handler, reject)
 
 
 class TokenAuth(grpc.aio.ServerInterceptor):
@@ -311,9 +307,10 @@ class TokenAuth(grpc.aio.ServerInterceptor):
             return handler
         header = next((value for key, value in handler_call_details.invocation_metadata or ()
                        if key == "authorization"), "")
-        if not isinstance(header, str) or not header.lower().startswith("bearer "):
+        given = bearer_token(header) if isinstance(header, str) else None
+        if given is None:
             return _rejecting(handler, "missing token: send metadata 'authorization: Bearer <token>'")
-        if not hmac.compare_digest(header[7:].strip().encode(), self.token.encode()):
+        if not hmac.compare_digest(given.encode(), self.token.encode()):
             return _rejecting(handler, "wrong token")
         return handler
 

@@ -1,0 +1,27 @@
+"""Interceptor plumbing: rebuild a method handler around a new behaviour, keeping its kind and serializers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+_MAKERS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def behavior_of(handler: grpc.RpcMethodHandler) -> Callable[..., Any]:
+    return handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
+
+
+def with_behavior(handler: grpc.RpcMethodHandler, behavior: Callable[..., Any]) -> grpc.RpcMethodHandler:
+    """A handler of the same kind (request/response streaming) and serializers as ``handler`` running
+    ``behavior``."""
+    make = _MAKERS[(handler.request_streaming, handler.response_streaming)]
+    return make(behavior, request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
