@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from models.stt import SAMPLE_RATE, as_mono_float, load_whisper
+from models.stt import SAMPLE_RATE, LocalWhisper, as_mono_float
 
 WHISPER_MAX_CHUNK_S = 30.0  # Whisper's window: a longer chunk would be cut off
 DEFAULT_MAX_CUE_S = 6.0  # a subtitle cue longer than this is cut at the next word
@@ -77,27 +77,12 @@ class FileSegment:
         return cls(**{**data, "tokens": tuple(data["tokens"]), "words": words})
 
 
-class BatchedWhisper:
+class BatchedWhisper(LocalWhisper):
     """Whisper (CTranslate2) for files: VAD-cut chunks decoded in batches. Load once per process; share.
 
     ``model_dir``: as for :class:`models.stt.WhisperStt` (None: packaged tiny.en, ``"base"``, or a CT2
     directory). ``num_workers``: how many calls CTranslate2 runs at once (one per thread that calls in).
     """
-
-    sample_rate = SAMPLE_RATE
-
-    def __init__(
-        self,
-        model_dir: str | None = None,
-        device: str = "cpu",
-        compute_type: str | None = None,
-        cpu_threads: int | None = None,
-        num_workers: int = 1,
-    ) -> None:
-        loaded = load_whisper(model_dir, device, compute_type, cpu_threads, num_workers)
-        self.name, self.model_dir, self.device = loaded.name, loaded.model_dir, device
-        self.compute_type, self._model = loaded.compute_type, loaded.model
-        self.multilingual: bool = bool(self._model.model.is_multilingual)
 
     def check_language(self, language: str | None) -> None:
         """ValueError if this model cannot transcribe ``language`` (None: detect; multilingual models only)."""

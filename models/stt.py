@@ -197,13 +197,9 @@ def load_whisper(
     return LoadedWhisper(name, path, compute_type, cpu_threads, model)
 
 
-class WhisperStt:
-    """Whisper through faster-whisper, tuned for short live utterances (greedy, no timestamps, no VAD).
-
-    ``model_dir``: a name or directory, see the module docstring. ``device``: ``"cpu"`` or ``"cuda"``
-    (``DeviceNotAvailable`` where CTranslate2 sees no CUDA device). ``compute_type``: default ``"int8"`` on
-    CPU, ``"float16"`` on CUDA. Load once, share; :meth:`transcribe` is blocking and thread-safe.
-    """
+class LocalWhisper:
+    """A Whisper model loaded from local files with :func:`load_whisper` (the arguments are its), and what every
+    wrapper of it exposes: name, directory, device, compute type, threads, whether it is multilingual."""
 
     sample_rate = SAMPLE_RATE
 
@@ -220,6 +216,16 @@ class WhisperStt:
         self.name, self.model_dir, self.device = loaded.name, loaded.model_dir, device
         self.compute_type, self.cpu_threads, self._model = loaded.compute_type, loaded.cpu_threads, loaded.model
         self.multilingual: bool = bool(self._model.model.is_multilingual)
+
+
+class WhisperStt(LocalWhisper):
+    """Whisper through faster-whisper, tuned for short live utterances (greedy, no timestamps, no VAD).
+
+    ``model_dir``: a name or directory, see the module docstring. ``device``: ``"cpu"`` or ``"cuda"``
+    (``DeviceNotAvailable`` where CTranslate2 sees no CUDA device). ``compute_type``: default ``"int8"`` on
+    CPU, ``"float16"`` on CUDA. Load once, share; :meth:`transcribe` is blocking and thread-safe.
+    """
+
 
     def transcribe(
         self,

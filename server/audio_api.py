@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import tempfile
-import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,6 @@ from typing import Any, BinaryIO, Literal
 from aiohttp import BodyPartReader, web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from models.batch_stt import BatchedWhisper
 from pipelines.batch.decode import AudioDecodeError, AudioTooLong
 from pipelines.batch.engine import EngineBusy, TranscriptionEngine
 from pipelines.batch.formats import CONTENT_TYPES, RESPONSE_FORMATS, Transcript, as_json, as_text
@@ -31,6 +29,7 @@ from pipelines.batch.store import JobRecord
 from pipelines.speech import CONTENT_TYPES as SPEECH_CONTENT_TYPES
 from pipelines.speech import SpeechBusy, SpeechSynthesizer
 from server.config import Settings
+from server.engines import build_batch_stt
 from server.metrics import HTTP_ERRORS
 from server.openai_errors import openai_error
 
@@ -94,19 +93,11 @@ class AudioServices:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AudioServices:
-        config, stt = settings.transcription, settings.models.stt
-
-        def load_model() -> BatchedWhisper:
-            key = (config.model_dir or stt.model_dir, stt.device, stt.compute_type, config.cpu_threads, config.workers)
-            with _batch_models_lock:  # one per process and config: apps in one process (tests) share it
-                if key not in _batch_models:
-                    _batch_models[key] = BatchedWhisper(key[0], device=stt.device, compute_type=stt.compute_type,
-                                                        cpu_threads=config.cpu_threads, num_workers=config.workers + 1)
-                return _batch_models[key]
-
-        engine = TranscriptionEngine(load_model, job_threads=config.workers, batch_size=config.batch_size,
-                                     max_chunk_s=config.max_chunk_s, max_cue_s=config.max_cue_s,
-                                     max_pending_requests=config.max_pending_requests,
+        config = settings.transcription
+        # The model loads on first use (on the engine's thread), not at start-up.
+        engine = TranscriptionEngine(functools.partial(build_batch_stt, settings), job_threads=config.workers,
+                                     batch_size=config.batch_size, max_chunk_s=config.max_chunk_s,
+                                     max_cue_s=config.max_cue_s, max_pending_requests=config.max_pending_requests,
                                      nice=config.nice)
         jobs = JobQueue(config.data_dir, engine, workers=config.workers, max_active_jobs=config.max_active_jobs,
                         max_attempts=config.max_attempts, max_audio_s=config.max_job_audio_s)
@@ -143,8 +134,6 @@ class AudioServices:
 
 
 AUDIO = web.AppKey("audio", AudioServices)
-_batch_models: dict[tuple[Any, ...], BatchedWhisper] = {}
-_batch_models_lock = threading.Lock()
 
 
 # ---------------------------------------------------------------- multipart uploads

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from models.batch_stt import BatchedWhisper
 from models.detectors import load_detector
 from models.embeddings import TextEmbedder
 from models.llm import EmbeddedLlm, LanguageModel
@@ -114,6 +115,16 @@ def build_stt(settings: Settings) -> WhisperStt:
                    lambda: WhisperStt(stt.model_dir, device=stt.device, compute_type=stt.compute_type))
 
 
+def build_batch_stt(settings: Settings) -> BatchedWhisper:
+    """The batch transcription model: its own instance (apart from the live one), once per process and config;
+    one CTranslate2 worker per job thread plus one for direct requests."""
+    config, stt = settings.transcription, settings.models.stt
+    model_dir = config.model_dir or stt.model_dir
+    return _shared(("batch-stt", model_dir, stt.device, stt.compute_type, config.cpu_threads, config.workers),
+                   lambda: BatchedWhisper(model_dir, device=stt.device, compute_type=stt.compute_type,
+                                          cpu_threads=config.cpu_threads, num_workers=config.workers + 1))
+
+
 def build_tts(settings: Settings) -> TextToSpeech:
     config = settings.models.tts
     if config.backend == "espeak":
@@ -122,11 +133,9 @@ def build_tts(settings: Settings) -> TextToSpeech:
 
 
 def build_voice_engine(settings: Settings) -> VoiceEngine:
-    stt = settings.models.stt
     engine = VoiceEngine(
         vad=_shared(("vad",), SileroVadModel),
-        stt=_shared(("stt", stt.model_dir, stt.device, stt.compute_type),
-                    lambda: WhisperStt(stt.model_dir, device=stt.device, compute_type=stt.compute_type)),
+        stt=build_stt(settings),
         llm=build_llm(settings),
         tts=build_tts(settings),
         owns_llm=settings.models.llm.backend == "openai",
