@@ -169,8 +169,9 @@ def _parse_chunk(chunk: dict[str, Any], where: str) -> TokenChunk:
     return TokenChunk(text, logprob, finish_reason, usage)
 
 
-class _TextStream:
-    """``stream`` as the text-only view of ``generate`` (closing it closes the generation)."""
+class TextStream:
+    """Base of the backends: ``stream`` as the text-only view of ``generate`` (closing it closes the
+    generation)."""
 
     def generate(self, request: LlmRequest) -> AsyncIterator[TokenChunk]:
         raise NotImplementedError
@@ -200,7 +201,7 @@ class _UnixHttpConnection(http.client.HTTPConnection):
         self.sock.connect(self._path)
 
 
-class EmbeddedLlm(_TextStream):
+class EmbeddedLlm(TextStream):
     """A GGUF chat model running in this process on xllamacpp (llama.cpp's server code, no HTTP hop).
 
     Concurrency: requests go to llama.cpp's slot scheduler (``n_parallel`` slots, default 1). Extra
@@ -327,7 +328,7 @@ class EmbeddedLlm(_TextStream):
         await asyncio.to_thread(shut_down)
 
 
-class OpenAiLlm(_TextStream):
+class OpenAiLlm(TextStream):
     """An OpenAI-compatible chat endpoint, streamed with SSE.
 
     ``base_url`` may end in ``/v1`` or not. ``timeout`` bounds connecting and each wait for the next chunk

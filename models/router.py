@@ -42,7 +42,15 @@ from typing import Protocol
 import aiohttp
 from prometheus_client import Counter, Gauge, Histogram
 
-from models.llm import ChatMessage, LlmRequest, LlmRequestError, LlmUnavailable, OpenAiLlm, TokenChunk
+from models.llm import (
+    ChatMessage,
+    LlmRequest,
+    LlmRequestError,
+    LlmUnavailable,
+    OpenAiLlm,
+    TextStream,
+    TokenChunk,
+)
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +230,7 @@ def make_strategy(config: RoutingConfig) -> Strategy:
     raise ValueError(f"unknown routing strategy {config.strategy!r}")
 
 
-class RoutedLlm:
+class RoutedLlm(TextStream):
     """``LanguageModel`` over several upstreams. Use one instance per event loop (it holds HTTP sessions and a
     health-check task, started on first use or by ``start()``)."""
 
@@ -394,12 +402,6 @@ class RoutedLlm:
             finally:
                 upstream.end()
         raise self._no_upstream(model, failures)
-
-    async def stream(self, request: LlmRequest) -> AsyncIterator[str]:
-        async with contextlib.aclosing(self.generate(request)) as chunks:
-            async for chunk in chunks:
-                if chunk.text:
-                    yield chunk.text
 
     def count_tokens(self, messages: list[ChatMessage]) -> int:
         return self.upstreams[0].llm.count_tokens(messages)  # the same approximation for every upstream

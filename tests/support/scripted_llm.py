@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
-from models.llm import ChatMessage, LlmRequest, TokenChunk, Usage
+from models.llm import ChatMessage, LlmRequest, TextStream, TokenChunk, Usage
 
 
-class ScriptedLlmForTest:
+class ScriptedLlmForTest(TextStream):
     def __init__(self, chunks: list[str], name: str = "scripted", context_window: int = 2048,
                  hold: asyncio.Event | None = None, logprob: float | None = None) -> None:
         self.chunks = chunks
@@ -41,12 +40,6 @@ class ScriptedLlmForTest:
         finally:
             if not finished:
                 self.closed_early += 1
-
-    async def stream(self, request: LlmRequest) -> AsyncIterator[str]:
-        async with contextlib.aclosing(self.generate(request)) as chunks:
-            async for chunk in chunks:
-                if chunk.text:
-                    yield chunk.text
 
     async def close(self) -> None:
         pass
