@@ -10,7 +10,7 @@ from server.api import ROUTES
 from server.audio_api import setup_audio_api
 from server.auth import auth_middleware
 from server.config import Settings
-from server.engines import build_analyzers
+from server.engines import build_analyzers, close_shared_llm
 from server.errors import ApiError, json_errors
 from server.grpc_api.service import setup_grpc
 from server.ice import restrict_host_addresses
@@ -58,7 +58,12 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Ap
         await app[SESSIONS].close_all()
         await analyzers.close()
 
+    async def release_llm(app: web.Application) -> None:
+        # On cleanup, after every handler has finished (a chat stream may still be using the router at shutdown).
+        await close_shared_llm(settings)
+
     app.on_shutdown.append(shutdown)
+    app.on_cleanup.append(release_llm)
     setup_grpc(app, settings, analyzers)
     return app
 

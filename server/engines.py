@@ -85,13 +85,22 @@ _routers: dict[int, RoutedLlm] = {}
 def _shared_router(settings: Settings) -> RoutedLlm:
     """One router per Settings object, i.e. per app and event loop (it holds HTTP sessions and a health-check
     task): the voice loop, the chat API and gRPC share its in-flight counts, latency averages and health state.
-    Closing it is safe for the others: it reopens on next use."""
+    The app closes it on cleanup (``close_shared_llm``)."""
     key = id(settings)
     with _models_lock:
         if key not in _routers:
             _routers[key] = build_router(settings)
             weakref.finalize(settings, _routers.pop, key, None)
         return _routers[key]
+
+
+async def close_shared_llm(settings: Settings) -> None:
+    """Close the app's router once, when the app is done with it (the voice loop, the chat API and gRPC only use
+    it). The embedded model is process-wide and stays loaded."""
+    with _models_lock:
+        router = _routers.pop(id(settings), None)
+    if router is not None:
+        await router.close()
 
 
 def build_router(settings: Settings) -> RoutedLlm:
@@ -138,7 +147,6 @@ def build_voice_engine(settings: Settings) -> VoiceEngine:
         stt=build_stt(settings),
         llm=build_llm(settings),
         tts=build_tts(settings),
-        owns_llm=settings.models.llm.backend == "openai",
     )
     log.info("voice loop models: %s", engine.names)
     return engine

@@ -9,6 +9,7 @@ from pipelines.clock import VirtualClock
 from pipelines.protocol import Event, ServerMessage
 from pipelines.sources.container import ContainerSource, SourceState
 from server.config import Settings
+from server.engines import close_shared_llm
 from server.sessions import Analyzers
 
 
@@ -37,4 +38,5 @@ async def analyze_file(
         await pipeline.close()
     finally:
         await analyzers.close()
+        await close_shared_llm(settings)  # the voice loop's router, when the LLM is an HTTP upstream
     return reader.state

@@ -130,7 +130,6 @@ class ChatApi:
         self.in_flight = 0
         self.disconnects = DisconnectWatcher(api.disconnect_poll_s)
         self._pipeline: ChatPipeline | None = None
-        self._owned_llm: LanguageModel | None = None
         self._loading = asyncio.Lock()
         self._llm_for_test: LanguageModel | None = None
 
@@ -195,9 +194,7 @@ class ChatApi:
         if self._llm_for_test is not None:
             llm = self._llm_for_test
         else:
-            llm = build_llm(settings)
-            if settings.models.llm.backend == "openai":  # a per-app HTTP client; the embedded model is shared
-                self._owned_llm = llm
+            llm = build_llm(settings)  # shared: the app closes it (server.engines.close_shared_llm)
         cache_settings = config.cache
         prefix = settings.redis.key_prefix
         caches = CacheConfig(semantic_threshold=cache_settings.semantic_threshold,
@@ -223,8 +220,6 @@ class ChatApi:
 
     async def close(self) -> None:
         await self.disconnects.close()
-        if self._owned_llm is not None:
-            await self._owned_llm.close()
         await self.limiter.close()
         if self.redis is not None:
             await self.redis.aclose()

@@ -64,7 +64,6 @@ class VoiceEngine:
     stt: WhisperStt
     llm: LanguageModel
     tts: TextToSpeech
-    owns_llm: bool = True  # False when the LLM is shared process-wide and outlives this engine
     vad_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "vad"))
     stt_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "stt"))
     tts_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "tts"))
@@ -74,8 +73,7 @@ class VoiceEngine:
         return f"{self.stt.name}+{self.llm.name}+{self.tts.name}"
 
     async def close(self) -> None:
-        if self.owns_llm:
-            await self.llm.close()
+        # The LLM is not ours to close: it is shared (process-wide, or per app: see server.engines).
         for executor in (self.vad_executor, self.stt_executor, self.tts_executor):
             executor.shutdown(wait=False, cancel_futures=True)
 

@@ -85,8 +85,6 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in list(self.conversations)), return_exceptions=True)
-        if self._llm is not None and self.settings.models.llm.backend == "openai":  # the embedded one is shared
-            await self._llm.close()
         self._stt_executor.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ Predict, StreamPredict
