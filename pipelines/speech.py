@@ -14,6 +14,7 @@ import av
 import numpy as np
 
 from models.tts import TextToSpeech, split_sentences
+from pipelines.voice.audio import resample_pcm
 
 SPEECH_FORMATS: tuple[str, ...] = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 CONTENT_TYPES = {
@@ -28,13 +29,6 @@ _CONTAINERS = {"mp3": ("mp3", "libmp3lame"), "opus": ("ogg", "libopus"), "aac": 
 
 class SpeechBusy(Exception):
     """Too many speech requests are waiting; try again later."""
-
-
-def resample(pcm: np.ndarray, rate: int, target: int) -> np.ndarray:
-    """int16 mono at ``rate`` -> int16 mono at ``target`` (libswresample)."""
-    if rate == target or pcm.size == 0:
-        return pcm.astype(np.int16, copy=False)
-    return _filter(pcm, rate, [("aresample", str(target))], target)
 
 
 def change_speed(pcm: np.ndarray, rate: int, speed: float) -> np.ndarray:
@@ -90,12 +84,12 @@ def wav_bytes(pcm: np.ndarray, rate: int) -> bytes:
 def encode(pcm: np.ndarray, rate: int, response_format: str) -> bytes:
     """int16 mono samples at ``rate`` as a complete file (or raw pcm) in ``response_format``."""
     if response_format == "pcm":
-        return resample(pcm, rate, PCM_RATE).astype("<i2").tobytes()
+        return resample_pcm(pcm, rate, PCM_RATE).astype("<i2").tobytes()
     if response_format == "wav":
         return wav_bytes(pcm, rate)
     container_format, codec = _CONTAINERS[response_format]
     if response_format == "opus":
-        pcm, rate = resample(pcm, rate, OPUS_RATE), OPUS_RATE
+        pcm, rate = resample_pcm(pcm, rate, OPUS_RATE), OPUS_RATE
     buffer = io.BytesIO()
     with av.open(buffer, mode="w", format=container_format) as container:
         stream = container.add_stream(codec, rate=rate, layout="mono")

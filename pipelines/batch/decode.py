@@ -20,15 +20,17 @@ class AudioTooLong(AudioDecodeError):
     """The audio is longer than the limit given (for a direct request: submit it as a job instead)."""
 
 
-def decode_audio_file(path: str | Path | BinaryIO, max_seconds: float | None = None) -> np.ndarray:
+def decode_audio_file(
+    path: str | Path | BinaryIO, max_seconds: float | None = None, container_format: str | None = None
+) -> np.ndarray:
     """Decode the first audio stream of ``path`` (or of an open binary file, read from its start). BLOCKING (run
-    it on a worker thread).
+    it on a worker thread). ``container_format``: the FFmpeg demuxer to use (None: FFmpeg probes the bytes).
 
     Raises :class:`AudioDecodeError` with a message fit for the client when the file is unreadable, has no
     audio stream, holds no samples, or is longer than ``max_seconds`` (:class:`AudioTooLong`, checked while
     decoding, so a huge file is refused without decoding all of it).
     """
-    chunks = list(_decoded_chunks(path, max_seconds))
+    chunks = list(_decoded_chunks(path, max_seconds, container_format))
     samples = np.concatenate(chunks).astype(np.float32, copy=False)
     del chunks  # an hour of audio is 230 MB of float32: hold it twice at most, never three times
     return np.clip(samples, -1.0, 1.0, out=samples)
@@ -40,13 +42,15 @@ def audio_duration(path: str | Path | BinaryIO, max_seconds: float | None = None
     return sum(chunk.size for chunk in _decoded_chunks(path, max_seconds)) / SAMPLE_RATE
 
 
-def _decoded_chunks(path: str | Path | BinaryIO, max_seconds: float | None) -> Iterator[np.ndarray]:
+def _decoded_chunks(
+    path: str | Path | BinaryIO, max_seconds: float | None, container_format: str | None = None
+) -> Iterator[np.ndarray]:
     """The samples of the first audio stream, piece by piece; at least one non-empty piece or an error."""
     limit = None if max_seconds is None else int(max_seconds * SAMPLE_RATE)
     if not isinstance(path, (str, Path)):
         path.seek(0)
     try:
-        container = av.open(str(path) if isinstance(path, (str, Path)) else path, mode="r")
+        container = av.open(str(path) if isinstance(path, (str, Path)) else path, mode="r", format=container_format)
     except (av.error.FFmpegError, UnicodeDecodeError) as exc:
         raise AudioDecodeError(f"not a readable audio file ({_reason(exc)})") from None
     total = 0

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import av
 import numpy as np
 
-from pipelines.voice.audio import VAD_RATE, InputResampler
+from pipelines.batch.decode import AudioDecodeError, decode_audio_file
+from pipelines.voice.audio import InputResampler
 
 PCM_ENCODINGS = frozenset({"", "pcm16", "pcm_s16le", "s16le", "linear16"})
 # encoding -> FFmpeg demuxer (None: let FFmpeg probe the bytes)
@@ -71,18 +72,9 @@ class PcmDecoder:
 
 
 def decode_container(data: bytes, encoding: str) -> np.ndarray:
-    """A whole file's bytes -> float32 mono 16 kHz. Blocking (FFmpeg): run it on a worker thread."""
-    resampler = av.AudioResampler(format="flt", layout="mono", rate=VAD_RATE)
-    chunks: list[np.ndarray] = []
+    """A whole file's bytes -> float32 mono 16 kHz, as the transcription API decodes uploads. Blocking (FFmpeg):
+    run it on a worker thread."""
     try:
-        with av.open(io.BytesIO(data), mode="r", format=CONTAINER_FORMATS[encoding]) as container:
-            stream = next((s for s in container.streams if s.type == "audio"), None)
-            if stream is None:
-                raise BadAudio(f"the {encoding} data has no audio stream")
-            for frame in container.decode(stream):
-                frame.pts = None  # the resampler keeps its own timeline
-                chunks += [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
-            chunks += [f.to_ndarray().reshape(-1) for f in resampler.resample(None)]
-    except av.FFmpegError as error:
+        return decode_audio_file(io.BytesIO(data), container_format=CONTAINER_FORMATS[encoding])
+    except AudioDecodeError as error:
         raise BadAudio(f"cannot decode the audio as {encoding}: {error}") from None
-    return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
