@@ -1,0 +1,17 @@
+"""``server``: the HTTP listener and the dashboard files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from server.config.base import REPO_ROOT, Section
+
+
+class ServerSettings(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    max_body_bytes: int = Field(256 * 1024, ge=1024, description="Largest accepted HTTP request body.")
+    web_root: Path = Field(REPO_ROOT / "web", description="Directory the dashboard is served from.")
+    shutdown_timeout_s: float = Field(5.0, gt=0)

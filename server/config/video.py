@@ -1,0 +1,16 @@
+"""``video``: the analysis rate, batching, default zones and lines."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from pipelines.protocol import LineConfig, ZoneConfig
+from server.config.base import Section
+
+
+class VideoSettings(Section):
+    target_fps: float = Field(5.0, gt=0, le=120, description="Default analysis rate; sessions may change it.")
+    max_batch: int = Field(8, ge=1, description="Frames per batched inference call across streams.")
+    max_wait_ms: float = Field(10.0, ge=0, description="How long the batcher waits to fill a batch.")
+    zones: list[ZoneConfig] = Field(default_factory=list, description="Default zones for every session/source.")
+    lines: list[LineConfig] = Field(default_factory=list, description="Default counting lines.")

@@ -1,0 +1,36 @@
+"""``voice``: the voice loop (VAD, turns, prefill, barge-in, the LLM's prompt)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from server.config.base import Section
+
+
+class VoiceSettings(Section):
+    enabled: bool = True
+    vad_threshold: float = Field(0.5, gt=0, lt=1)
+    min_speech_ms: int = Field(250, ge=32, description="Speech needed before a turn starts (a cough is shorter).")
+    end_of_turn_silence_ms: int = Field(600, ge=64, description="Silence that ends a turn (hangover).")
+    max_turn_s: float = Field(30.0, gt=0, description="A longer turn is cut and answered (error turn_too_long).")
+    partial_interval_ms: int = Field(400, ge=100, description="How often the growing turn is re-decoded.")
+    prefill: bool = Field(
+        True, description="Streaming prefill: decode the turn as soon as the user goes quiet (or on a stable "
+        "partial) and start the LLM then, during the end-of-turn silence; redone if the user goes on speaking."
+    )
+    prefill_stable_ms: int = Field(300, ge=0, description="How long a partial must be stable to prefill on it.")
+    barge_in: bool = True
+    barge_in_min_speech_ms: int = Field(200, ge=32, description="User speech that interrupts a reply.")
+    echo_gating: Literal["auto", "on", "off"] = Field(
+        "auto", description="Ignore VAD while our reply plays; auto: on for RTSP/file sources (no echo cancelling)."
+    )
+    system_prompt: str = (
+        "You are Vigil, a concise assistant that can see through the user's camera. "
+        "Answer in one or two short sentences."
+    )
+    max_reply_tokens: int = Field(96, ge=1, le=4096)
+    memory_tokens: int = Field(1024, ge=64, description="Prompt budget: older exchanges are dropped beyond it.")
+    temperature: float = Field(0.0, ge=0, le=2)
+    silent_track_s: float = Field(10.0, gt=0, description="Digital silence this long is reported (audio_silent).")
