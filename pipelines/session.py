@@ -430,16 +430,36 @@ def handle_client_message(
 ) -> None:
     """Apply one client message; anything wrong is answered with an ``error`` message, never raised.
 
+    This is the one entry point for client messages (data channel and WebSocket): *any* failure (bad JSON,
+    nesting deep enough to hit the recursion limit, lone surrogates, a bug) becomes an ``error`` message, so
+    one message can never end a session or a subscriber.
     ``reply`` receives errors and pongs (the sender only); config changes are announced to everyone.
     """
     answer = reply or pipeline.emit
-    if len(raw) > max_bytes:
-        answer(pipeline.error_message("message_too_large", f"message of {len(raw)} bytes exceeds {max_bytes}"))
+    try:
+        _apply_client_message(pipeline, raw, max_bytes, answer)
+    except Exception as error:  # RecursionError, MemoryError's cousins, bugs: answered, never raised
+        log.warning("client message failed in %s: %r", pipeline.session_id, error)
+        try:
+            answer(pipeline.error_message("invalid_message", f"message rejected: {type(error).__name__}"))
+        except Exception:
+            log.exception("could not answer a failed client message in %s", pipeline.session_id)
+
+
+def _message_size(raw: str | bytes) -> int:
+    return len(raw.encode("utf-8", "surrogatepass")) if isinstance(raw, str) else len(raw)
+
+
+def _apply_client_message(pipeline: SessionPipeline, raw: str | bytes, max_bytes: int, answer: MessageSink) -> None:
+    size = _message_size(raw)
+    if size > max_bytes:
+        answer(pipeline.error_message("message_too_large", f"message of {size} bytes exceeds {max_bytes}"))
         return
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as error:
-        answer(pipeline.error_message("invalid_json", f"not valid JSON: {error}"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
+        reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        answer(pipeline.error_message("invalid_json", f"not valid JSON: {reason}"))
         return
     ref = data.get("type") if isinstance(data, dict) and isinstance(data.get("type"), str) else None
     try:
@@ -449,6 +469,9 @@ def handle_client_message(
             f"{'.'.join(str(p) for p in item['loc']) or '<message>'}: {item['msg']}" for item in error.errors()
         )
         answer(pipeline.error_message("invalid_message", details[:1000], ref=ref))
+        return
+    except RecursionError:
+        answer(pipeline.error_message("invalid_message", "message nested too deeply", ref=ref))
         return
     if isinstance(message, Ping):
         answer(pipeline.make(Pong, id=message.id))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -105,15 +106,18 @@ def _sources(request: web.Request) -> SourceManager:
 
 
 async def offer(request: web.Request) -> web.Response:
-    body: OfferRequest = await read_json_body(request, OfferRequest)
     settings = request.app[SETTINGS]
     try:
+        await _sessions(request).admit_offer(request.remote or "unknown")  # before the body is even read
+        body: OfferRequest = await read_json_body(request, OfferRequest)
         config = settings.session_defaults()
         if body.options is not None:
             config = config.merged(body.options)
         session, answer = await _sessions(request).open(body.sdp, config)
     except OfferRejected as rejected:
-        raise ApiError(rejected.status, rejected.code, rejected.message) from None
+        headers = ({"Retry-After": str(max(1, math.ceil(rejected.retry_after_s)))}
+                   if rejected.retry_after_s is not None else None)
+        raise ApiError(rejected.status, rejected.code, rejected.message, headers=headers) from None
     return _json(OfferResponse(sdp=answer.sdp, session_id=session.id))
 
 
@@ -213,7 +217,9 @@ async def source_results(request: web.Request) -> web.WebSocketResponse:
     """The source's messages as WebSocket text frames; client messages (config, ping) are accepted too."""
     source = _source_or_404(request)
     settings = request.app[SETTINGS]
-    ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=settings.webrtc.max_message_bytes)
+    # The frame limit is above the message limit, so an oversized message is answered with an `error` message
+    # (handle_client_message) instead of aiohttp closing the socket with 1009; only far larger frames close it.
+    ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=4 * settings.webrtc.max_message_bytes)
     await ws.prepare(request)
     subscriber = Subscriber(settings.sessions.outbound_queue_messages)
     subscriber.offer(serialize(source.pipeline.hello_message()))

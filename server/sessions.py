@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -18,6 +19,7 @@ from aiortc.sdp import SessionDescription
 
 from pipelines.clock import Clock, WallClock
 from pipelines.protocol import ServerMessage, SessionConfig
+from pipelines.serving.ratelimit import InProcessRateLimiter
 from pipelines.session import AudioAnalyzer, SessionPipeline, VideoAnalyzer, handle_client_message, pump_track
 from server import __version__
 from server.config import Settings
@@ -58,13 +60,47 @@ class Analyzers:
 
 
 class OfferRejected(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.retry_after_s = retry_after_s
+
+
+def check_connectable_offer(sdp: str) -> SessionDescription:
+    """Refuse (400) an offer no peer could ever connect with, before it takes a session slot: it must parse,
+    and its data-channel section needs a port, ICE credentials and a DTLS fingerprint."""
+    try:
+        parsed = SessionDescription.parse(sdp)
+    except Exception as error:  # aiortc's parser raises ValueError, IndexError, ... on garbage
+        raise OfferRejected(400, "invalid_sdp", f"cannot parse the SDP: {error!r}"[:500]) from None
+    if not sdp.lstrip().startswith("v=0") or not parsed.media:
+        raise OfferRejected(400, "invalid_sdp", "the SDP has no media sections")
+    channels = [media for media in parsed.media if media.kind == "application"]
+    if not channels:
+        raise OfferRejected(400, "no_data_channel",
+                            f"the offer has no data channel: create one labelled '{RESULTS_LABEL}' first")
+    for media in channels:
+        missing = [what for what, present in (
+            ("a port", media.port != 0),
+            ("an SCTP port", media.sctp_port is not None or bool(media.sctpmap)),
+            ("ICE credentials (ice-ufrag, ice-pwd)", bool(media.ice and media.ice.usernameFragment
+                                                          and media.ice.password)),
+            ("a DTLS fingerprint", bool(media.dtls and media.dtls.fingerprints)),
+        ) if not present]
+        if missing:
+            raise OfferRejected(400, "not_connectable",
+                                "the offer's data-channel section lacks " + ", ".join(missing))
+    return parsed
 
 
 def serialize(message: ServerMessage) -> str:
-    return message.model_dump_json(exclude_none=True)
+    """The message as JSON text that always encodes to UTF-8: a string a client sent back to us (a ping id,
+    a ``ref``) may hold a lone surrogate, which pydantic's serialiser refuses; then every non-ASCII character
+    is written as a JSON ``\\u`` escape instead."""
+    try:
+        return message.model_dump_json(exclude_none=True)
+    except ValueError:  # PydanticSerializationError: surrogates not allowed
+        return json.dumps(message.model_dump(mode="json", exclude_none=True), ensure_ascii=True)
 
 
 @dataclass
@@ -82,7 +118,10 @@ class WebRTCSession:
     def emit(self, message: ServerMessage) -> None:
         text = serialize(message)
         if self.channel is not None and self.channel.readyState == "open":
-            self.channel.send(text)
+            try:
+                self.channel.send(text)
+            except Exception as error:  # the channel closing under us: the session's own close handles it
+                log.warning("session %s: cannot send on the data channel: %r", self.id, error)
         else:  # before the channel opens: kept (bounded) and flushed on open
             self.pending.append(text)
 
@@ -91,6 +130,7 @@ class WebRTCSession:
 
         @channel.on("message")
         def on_message(raw: str | bytes) -> None:
+            # handle_client_message never raises: an exception escaping here would end the peer connection
             handle_client_message(self.pipeline, raw, self.max_message_bytes)
 
         self.pipeline.hello()
@@ -113,6 +153,8 @@ class SessionRegistry:
         self.settings = settings
         self.analyzers = analyzers or Analyzers()
         self.sessions: dict[str, WebRTCSession] = {}
+        self._reserved = 0
+        self._offer_rate = InProcessRateLimiter()
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -131,20 +173,38 @@ class SessionRegistry:
         ]
         return RTCConfiguration(iceServers=servers)
 
+    @property
+    def occupied(self) -> int:
+        """Open sessions plus offers being answered (each holds its slot from before its first await)."""
+        return len(self.sessions) + self._reserved
+
+    async def admit_offer(self, client: str) -> None:
+        """The per-client offer rate limit (``webrtc.offer_rate_limit``); raises OfferRejected(429)."""
+        limit = self.settings.webrtc.offer_rate_limit
+        if limit is None:
+            return
+        decision = await self._offer_rate.hit(client, limit.requests, limit.window_s)
+        if not decision.allowed:
+            raise OfferRejected(429, "too_many_offers",
+                                f"more than {limit.requests} offers in {limit.window_s:g} s from this client",
+                                retry_after_s=decision.retry_after_s)
+
     async def open(self, sdp: str, config: SessionConfig) -> tuple[WebRTCSession, RTCSessionDescription]:
-        """Answer an offer; raises OfferRejected (never leaves a half-open session behind)."""
-        if len(self.sessions) >= self.settings.sessions.max_sessions:
+        """Answer an offer; raises OfferRejected (never leaves a half-open session or a held slot behind).
+
+        The offer is checked and its slot reserved before the first await, so concurrent offers cannot
+        overshoot ``sessions.max_sessions``."""
+        check_connectable_offer(sdp)
+        if self.occupied >= self.settings.sessions.max_sessions:
             raise OfferRejected(429, "too_many_sessions",
                                 f"session limit reached ({self.settings.sessions.max_sessions})")
+        self._reserved += 1
         try:
-            parsed = SessionDescription.parse(sdp)
-        except Exception as error:  # aiortc's parser raises ValueError, IndexError, ... on garbage
-            raise OfferRejected(400, "invalid_sdp", f"cannot parse the SDP: {error!r}"[:500]) from None
-        if not sdp.lstrip().startswith("v=0") or not parsed.media:
-            raise OfferRejected(400, "invalid_sdp", "the SDP has no media sections")
-        if not any(media.kind == "application" for media in parsed.media):
-            raise OfferRejected(400, "no_data_channel",
-                                f"the offer has no data channel: create one labelled '{RESULTS_LABEL}' first")
+            return await self._open(sdp, config)
+        finally:
+            self._reserved -= 1
+
+    async def _open(self, sdp: str, config: SessionConfig) -> tuple[WebRTCSession, RTCSessionDescription]:
         session_id = uuid.uuid4().hex[:12]
         pc = RTCPeerConnection(self._rtc_configuration())
         holder: dict[str, WebRTCSession] = {}
@@ -178,9 +238,12 @@ class SessionRegistry:
             answer = await pc.createAnswer()
             await pc.setLocalDescription(answer)
         except Exception as error:  # aiortc raises ValueError, KeyError, ... on bad SDP
-            await pc.close()
             for task in session.tasks:
                 task.cancel()
+            with contextlib.suppress(Exception):  # close() itself can raise on such an offer (BUNDLE, mids)
+                await pc.close()
+            with contextlib.suppress(Exception):
+                await pipeline.close()
             raise OfferRejected(400, "invalid_sdp", f"cannot use this offer: {error!r}"[:500]) from None
 
         self.sessions[session_id] = session

@@ -1,0 +1,129 @@
+"""Hostile client input: one message never ends a session or a subscriber; bogus offers are refused before
+they take a slot; an offer that breaks aiortc's own cleanup still gets its 400."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+
+from server.client import VigilClient
+
+# Each of these once ended the session (an exception escaped the data-channel callback) or the subscriber.
+DEEP_ARRAY = "[" * 2000 + "]" * 2000
+HOSTILE_MESSAGES: list[tuple[str, str]] = [
+    ('{"v":1,"type":"ping","id":"\\ud800"}', "pong"),  # a lone surrogate: the pong could not be serialised
+    ('{"v":1,"type":"ping","id":"\\udfff\\ud800x"}', "pong"),
+    ('{"v":1,"type":"\\ud800"}', "error"),  # ... nor the error that names it as `ref`
+    (DEEP_ARRAY, "error"),  # RecursionError in json.loads
+    ('{"v":1,"type":"config","video":' + "[" * 900 + "]" * 900 + "}", "error"),  # ... in validation
+    ('{"v":1,"type":"config","video":{"zones":' + '{"a":' * 1500 + "1" + "}" * 1500 + "}}", "error"),
+    ('"' + "é" * 40_000 + '"', "error"),  # 40,000 characters, 80,000 bytes: over the byte limit
+]
+
+
+async def _still_answers(client: VigilClient, marker: str) -> None:
+    client.send({"v": 1, "type": "ping", "id": marker})
+    assert (await client.next_message("pong", where=lambda m: m.get("id") == marker))["id"] == marker
+
+
+async def test_no_single_data_channel_message_ends_a_session(vigil):
+    server = await vigil()
+    victim, bystander = VigilClient(server.url), VigilClient(server.url)
+    await victim.connect()
+    await bystander.connect()
+    for raw, answer in HOSTILE_MESSAGES:
+        victim.send(raw)
+        reply = await victim.next_message(answer)
+        if answer == "pong":
+            assert reply["id"] == json.loads(raw)["id"]  # the odd string comes back intact (JSON-escaped)
+        else:
+            assert reply["code"] in ("invalid_json", "invalid_message", "message_too_large"), reply
+        await _still_answers(victim, f"after {raw[:20]}")
+    await _still_answers(bystander, "bystander")
+    assert victim.pc.connectionState == "connected" and len(server.sessions) == 2
+    await victim.close()
+    await bystander.close()
+
+
+async def test_no_single_websocket_message_ends_a_subscriber(vigil):
+    server = await vigil()
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{server.url}/api/sources", json={"path": "long.mp4", "loop": True}) as response:
+            source = await response.json()
+        async with http.ws_connect(f"{server.url}/api/sources/{source['id']}/results") as ws:
+
+            async def next_of(kind: str) -> dict:
+                async with asyncio.timeout(20):
+                    while True:
+                        msg = await ws.receive()
+                        assert msg.type == aiohttp.WSMsgType.TEXT, msg
+                        message = json.loads(msg.data)
+                        if message["type"] == kind:
+                            return message
+
+            for raw, answer in [*HOSTILE_MESSAGES, ("x" * 100_000, "error")]:
+                await ws.send_str(raw)
+                await next_of(answer)
+                await ws.send_str(json.dumps({"v": 1, "type": "ping", "id": "alive"}))
+                assert (await next_of("pong"))["id"] == "alive"
+        async with http.delete(f"{server.url}/api/sources/{source['id']}") as response:
+            assert response.status == 204
+
+
+def _valid_offer_sdp() -> asyncio.Future:
+    async def make() -> str:
+        client = VigilClient("http://unused")
+        await client.pc.setLocalDescription(await client.pc.createOffer())
+        sdp = client.pc.localDescription.sdp
+        await client.pc.close()
+        return sdp
+    return asyncio.ensure_future(make())
+
+
+async def _post_offer(url: str, sdp: str) -> tuple[int, dict, dict]:
+    async with aiohttp.ClientSession() as http, http.post(f"{url}/offer", json={"sdp": sdp, "type": "offer"}) as r:
+        return r.status, await r.json(content_type=None), dict(r.headers)
+
+
+def _without(sdp: str, prefix: str) -> str:
+    return "".join(line + "\r\n" for line in sdp.splitlines() if line and not line.startswith(prefix))
+
+
+@pytest.mark.parametrize("mutation", ["a=fingerprint:", "a=ice-ufrag:", "a=ice-pwd:", "a=sctp-port:"])
+async def test_offers_no_peer_could_connect_are_refused_before_taking_a_slot(vigil, mutation: str):
+    server = await vigil(sessions={"max_sessions": 1})
+    sdp = await _valid_offer_sdp()
+    for _ in range(3):
+        status, body, _ = await _post_offer(server.url, _without(sdp, mutation))
+        assert status == 400 and body["error"]["code"] == "not_connectable", body
+        assert mutation.split(":")[0][2:] in body["error"]["message"].replace("SCTP port", "sctp-port").replace(
+            "DTLS fingerprint", "fingerprint").replace("ICE credentials (ice-ufrag, ice-pwd)", "ice-ufrag ice-pwd")
+    assert len(server.sessions) == 0
+    client = VigilClient(server.url)  # the one slot is still free
+    await client.connect()
+    await client.close()
+
+
+async def test_bundle_naming_a_missing_mid_is_a_400_not_a_500(vigil):
+    server = await vigil()
+    sdp = (await _valid_offer_sdp()).replace("a=group:BUNDLE 0", "a=group:BUNDLE 7 0")  # pc.close() raises
+    status, body, _ = await _post_offer(server.url, sdp)
+    assert status == 400 and body["error"]["code"] == "invalid_sdp", body
+    assert len(server.sessions) == 0 and server.sessions.occupied == 0
+
+
+async def test_an_offer_that_never_connects_frees_its_slot_after_connect_timeout(vigil):
+    server = await vigil(sessions={"max_sessions": 1}, webrtc={"connect_timeout_s": 1.0})
+    status, body, _ = await _post_offer(server.url, await _valid_offer_sdp())  # nobody will ever connect
+    assert status == 200, body
+    status, body, _ = await _post_offer(server.url, await _valid_offer_sdp())
+    assert status == 429 and body["error"]["code"] == "too_many_sessions"
+    async with asyncio.timeout(15):
+        while len(server.sessions):  # noqa: ASYNC110 (polling the registry; it has no event to wait on)
+            await asyncio.sleep(0.1)
+    client = VigilClient(server.url)
+    await client.connect()
+    await client.close()

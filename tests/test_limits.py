@@ -1,0 +1,78 @@
+"""Every limit holds under concurrency: parallel requests never overshoot it, and its slots free again."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from server.client import VigilClient, VigilError
+
+
+async def test_twenty_parallel_offers_with_a_limit_of_four_open_exactly_four(vigil):
+    server = await vigil(sessions={"max_sessions": 4})
+    clients = [VigilClient(server.url) for _ in range(20)]
+    results = await asyncio.gather(*(c.connect(timeout=60) for c in clients), return_exceptions=True)
+    accepted = [c for c, r in zip(clients, results, strict=True) if isinstance(r, str)]
+    refused = [r for r in results if isinstance(r, VigilError)]
+    assert len(accepted) == 4, results
+    assert len(refused) == 16 and {(r.status, r.body["error"]["code"]) for r in refused} == {
+        (429, "too_many_sessions")}
+    assert len(server.sessions) == 4 and server.sessions.occupied == 4
+    for client in accepted:
+        await client.next_message("hello")
+    await asyncio.gather(*(c.close() for c in accepted))
+    await asyncio.gather(*(c.pc.close() for c in clients if c not in accepted))
+    assert len(server.sessions) == 0 and server.sessions.occupied == 0
+    again = [VigilClient(server.url) for _ in range(4)]  # the slots are free again
+    await asyncio.gather(*(c.connect(timeout=60) for c in again))
+    await asyncio.gather(*(c.close() for c in again))
+
+
+async def test_parallel_offers_are_rate_limited_per_client_with_retry_after(vigil):
+    server = await vigil(webrtc={"offer_rate_limit": {"requests": 5, "window_s": 60}})
+    body = {"sdp": "v=0 not really", "type": "offer"}  # refused offers count too: a bogus burst is limited
+
+    async def post(http: aiohttp.ClientSession) -> tuple[int, dict, str | None]:
+        async with http.post(f"{server.url}/offer", json=body) as response:
+            return response.status, await response.json(), response.headers.get("Retry-After")
+
+    async with aiohttp.ClientSession() as http:
+        results = await asyncio.gather(*(post(http) for _ in range(12)))
+    assert sorted(status for status, _, _ in results) == [400] * 5 + [429] * 7, results
+    limited = [(b, retry) for status, b, retry in results if status == 429]
+    assert all(b["error"]["code"] == "too_many_offers" and retry is not None and 1 <= int(retry) <= 60
+               for b, retry in limited)
+
+
+async def test_parallel_sources_never_exceed_max_sources(vigil):
+    server = await vigil(sessions={"max_sources": 3})
+
+    async def post(http: aiohttp.ClientSession) -> tuple[int, dict]:
+        async with http.post(f"{server.url}/api/sources", json={"path": "long.mp4", "loop": True}) as response:
+            return response.status, await response.json()
+
+    async with aiohttp.ClientSession() as http:
+        results = await asyncio.gather(*(post(http) for _ in range(10)))
+        assert sorted(status for status, _ in results) == [201] * 3 + [429] * 7, results
+        assert {b["error"]["code"] for status, b in results if status == 429} == {"too_many_sources"}
+        for status, created in results:
+            if status == 201:
+                async with http.delete(f"{server.url}/api/sources/{created['id']}") as response:
+                    assert response.status == 204
+        assert sorted(status for status, _ in await asyncio.gather(*(post(http) for _ in range(4)))) == [
+            201, 201, 201, 429]
+
+
+async def test_parallel_v1_requests_never_exceed_the_rate_limit(vigil):
+    server = await vigil(api={"rate_limit": {"requests": 5, "window_s": 60}})
+
+    async def get(http: aiohttp.ClientSession) -> tuple[int, str | None]:
+        async with http.get(f"{server.url}/v1/models") as response:
+            await response.read()
+            return response.status, response.headers.get("Retry-After")
+
+    async with aiohttp.ClientSession() as http:
+        results = await asyncio.gather(*(get(http) for _ in range(15)))
+    assert sorted(status for status, _ in results) == [200] * 5 + [429] * 10, results
+    assert all(retry is not None for status, retry in results if status == 429)
