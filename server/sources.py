@@ -11,7 +11,6 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -19,6 +18,7 @@ from pipelines.clock import Clock, VirtualClock, WallClock
 from pipelines.protocol import Event, ServerMessage, SessionConfigPatch
 from pipelines.session import SessionPipeline
 from pipelines.sources.container import ContainerSource, ReaderSettings, SourceState
+from pipelines.sources.urls import normalize_source_url, redact_url
 from server.config import Settings
 from server.metrics import SOURCE_STATES, SOURCES
 from server.sessions import Analyzers, serialize
@@ -31,7 +31,8 @@ class SourceRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    url: str | None = Field(None, max_length=2048, description="rtsp:// or rtsps:// camera URL.")
+    url: str | None = Field(None, max_length=2048, description="rtsp:// or rtsps:// camera URL (surrounding "
+                            "whitespace is removed and the scheme lower-cased; it needs a host).")
     path: str | None = Field(None, max_length=4096, description="File path relative to sources.media_root.")
     name: str | None = Field(None, max_length=200)
     realtime: bool = Field(True, description="Files: paced by timestamps (false: as fast as possible).")
@@ -42,8 +43,8 @@ class SourceRequest(BaseModel):
     def _one_location(self) -> SourceRequest:
         if (self.url is None) == (self.path is None):
             raise ValueError("give exactly one of 'url' or 'path'")
-        if self.url is not None and urlsplit(self.url).scheme.lower() not in ("rtsp", "rtsps"):
-            raise ValueError("url must be rtsp:// or rtsps://")
+        if self.url is not None:
+            self.url = normalize_source_url(self.url)  # raises InvalidSourceUrl (a ValueError: a 422)
         return self
 
 
@@ -69,16 +70,6 @@ def resolve_media_path(media_root: Path, requested: str) -> Path:
     if not real.is_file():
         raise MediaPathError("path is not a regular file")
     return real
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password, for listings and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class Subscriber:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import av
 
 from pipelines.session import SessionPipeline
+from pipelines.sources.urls import redact_text, redact_url, url_secrets
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ class SourceState(StrEnum):
     LIVE = "live"
     RECONNECTING = "reconnecting"
     ENDED = "ended"  # a file reached its end (and does not loop)
-    FAILED = "failed"  # a file that cannot be opened or decoded; RTSP never fails, it reconnects
+    FAILED = "failed"  # a file that cannot be opened or decoded, or a camera error that retrying cannot fix
     STOPPED = "stopped"
 
 
@@ -43,6 +44,22 @@ class ReaderSettings:
 
 
 StateCallback = Callable[[SourceState, dict[str, Any]], None]
+
+# Camera errors that retrying cannot fix: an unknown protocol, a refused login, a path the server does not
+# have, a malformed URL. Anything else (refused connection, timeout, I/O error, a dropped stream) may heal:
+# those are retried with a capped backoff.
+PERMANENT_FFMPEG_ERRORS: tuple[type[BaseException], ...] = (
+    av.error.ProtocolNotFoundError,
+    av.error.HTTPClientError,  # 4xx: 400 bad request, 401 unauthorized, 403 forbidden, 404 not found
+    av.error.OptionNotFoundError,
+)
+
+
+def is_permanent(error: BaseException) -> bool:
+    """True for an open error no retry can fix; a ValueError outside FFmpeg is a refusal of the URL itself."""
+    if isinstance(error, av.error.FFmpegError):
+        return isinstance(error, PERMANENT_FFMPEG_ERRORS)
+    return isinstance(error, ValueError)
 
 
 class _Stopped(Exception):
@@ -93,7 +110,9 @@ class ContainerSource:
         on_state: StateCallback | None = None,
         on_progress: Callable[[float, float | None], None] | None = None,
     ) -> None:
-        self.location = location
+        self.location = location  # as FFmpeg gets it: may hold a password, so never shown or logged
+        self.shown = redact_url(location)
+        self._secrets = url_secrets(location)
         self.kind = kind
         self.realtime = realtime
         self.loop = loop
@@ -109,7 +128,7 @@ class ContainerSource:
     # ------------------------------------------------------------------ control
 
     def start(self) -> asyncio.Task[None]:
-        self._task = asyncio.create_task(self.run(), name=f"source:{self.location}")
+        self._task = asyncio.create_task(self.run(), name=f"source:{self.shown}")
         return self._task
 
     async def stop(self) -> None:
@@ -139,7 +158,7 @@ class ContainerSource:
             try:
                 container = await _in_thread(self._open, f"open:{self.kind}")
             except Exception as error:
-                if self.kind == "file":
+                if self.kind == "file" or is_permanent(error):
                     self._set_state(SourceState.FAILED, reason=f"cannot open: {error}")
                     return
                 attempt += 1
@@ -175,12 +194,16 @@ class ContainerSource:
         await asyncio.sleep(delay)
 
     def _set_state(self, state: SourceState, **detail: Any) -> None:
+        # Every reason (FFmpeg's messages quote the URL) is redacted here, the one way out to states, events
+        # and logs.
+        detail = {key: redact_text(value, self._secrets) if isinstance(value, str) else value
+                  for key, value in detail.items()}
         if state == self.state and detail == self.state_detail:
             return
         if self.state in (SourceState.STOPPED,):
             return  # terminal
         self.state, self.state_detail = state, detail
-        log.info("source %s: %s %s", self.location, state, detail or "")
+        log.info("source %s: %s %s", self.shown, state, detail or "")
         if self._on_state is not None:
             self._on_state(state, detail)
 
