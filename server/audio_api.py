@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pipelines.batch.decode import AudioDecodeError, AudioTooLong
@@ -30,6 +31,7 @@ from pipelines.speech import CONTENT_TYPES as SPEECH_CONTENT_TYPES
 from pipelines.speech import SpeechBusy, SpeechSynthesizer
 from server.config import Settings
 from server.engines import build_batch_stt
+from server.errors import client_left, json_error_reason, record_client_left
 from server.metrics import HTTP_ERRORS
 from server.openai_errors import openai_error
 
@@ -66,6 +68,11 @@ def _openai_errors(handler: Callable[[web.Request], Awaitable[web.StreamResponse
             return response
         except web.HTTPException:
             raise  # the app's error middleware answers these
+        except ConnectionResetError as error:
+            if not client_left(request, error):
+                raise
+            record_client_left(request)
+            return openai_error(400, "the client closed the connection", code="client_closed_request")
         except Exception:  # a bug or a broken disk: still OpenAI's shape, the details in the log
             log.exception("unhandled error on %s %s", request.method, request.path)
             HTTP_ERRORS.labels(status="500", code="internal").inc()
@@ -181,8 +188,8 @@ async def _read_upload(request: web.Request, destination: Path | BinaryIO, limit
                 upload.fields.setdefault(name, []).append(await _read_field(part, name))
                 if sum(len(v) for values in upload.fields.values() for v in values) > MAX_FIELD_BYTES:
                     raise Rejected(400, f"the form fields add up to more than {MAX_FIELD_BYTES} bytes")
-    except (ValueError, AssertionError, web.HTTPException) as error:
-        # aiohttp reports a malformed multipart body with these
+    except (ValueError, AssertionError, web.HTTPException, HttpProcessingError) as error:
+        # aiohttp reports a malformed multipart body with these (a bad part header: InvalidHeader)
         raise Rejected(400, f"malformed multipart/form-data body: {error}") from None
     if upload.path is None:
         raise Rejected(400, "the 'file' part is missing", param="file")
@@ -473,8 +480,8 @@ async def create_speech(request: web.Request) -> web.StreamResponse:
         data = json.loads(await request.read())
     except web.HTTPRequestEntityTooLarge:
         raise Rejected(413, "request body too large") from None
-    except ValueError as error:
-        raise Rejected(400, f"body is not valid JSON: {error}") from None
+    except (ValueError, RecursionError) as error:
+        raise Rejected(400, f"body is not valid JSON: {json_error_reason(error)}") from None
     try:
         body = SpeechRequest.model_validate(data)
     except ValidationError as error:

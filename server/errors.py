@@ -38,10 +38,30 @@ def _code_for(status: int) -> str:
     }.get(status, "error" if status >= 500 else "http_error")
 
 
+def client_left(request: web.Request, error: BaseException) -> bool:
+    """True when ``error`` only says that the client went away (mid-body or mid-response): nothing to answer,
+    nothing to log as a server fault. An upstream's connection reset (also a ConnectionResetError) is not this,
+    so the request's own transport must be gone too."""
+    transport = request.transport
+    return isinstance(error, ConnectionResetError) and (transport is None or transport.is_closing())
+
+
+def record_client_left(request: web.Request) -> None:
+    log.info("client left during %s %s", request.method, request.path)
+    HTTP_ERRORS.labels(status="499", code="client_closed_request").inc()  # nginx's name; not a 5xx
+
+
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except ConnectionResetError as error:
+        if not client_left(request, error):
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            HTTP_ERRORS.labels(status="500", code="internal").inc()
+            raise ApiError(500, "internal", "internal server error; see the server log") from None
+        record_client_left(request)
+        raise ApiError(400, "client_closed_request", "the client closed the connection") from None
     except ApiError as error:
         HTTP_ERRORS.labels(status=str(error.status), code=error.code).inc()
         raise
@@ -58,6 +78,11 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         raise ApiError(500, "internal", "internal server error; see the server log") from None
 
 
+def json_error_reason(error: Exception) -> str:
+    """Why a JSON body did not parse; RecursionError (nesting ~1,000 deep) says so instead of its long text."""
+    return "nested too deeply" if isinstance(error, RecursionError) else str(error)
+
+
 async def read_json_body(request: web.Request, model: type[BaseModel]) -> Any:
     """Parse and validate a JSON body, answering 400/413/415/422 with a clear message."""
     if request.content_type != "application/json":
@@ -66,10 +91,12 @@ async def read_json_body(request: web.Request, model: type[BaseModel]) -> Any:
         data = await request.json()
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, "body_too_large", "request body too large") from None
-    except ValueError as error:
-        raise ApiError(400, "invalid_json", f"body is not valid JSON: {error}") from None
+    except (ValueError, RecursionError) as error:
+        raise ApiError(400, "invalid_json", f"body is not valid JSON: {json_error_reason(error)}") from None
     try:
         return model.model_validate(data)
+    except RecursionError:
+        raise ApiError(400, "invalid_json", "body is not valid JSON: nested too deeply") from None
     except ValidationError as error:
         details = "; ".join(
             f"{'.'.join(str(p) for p in item['loc']) or '<body>'}: {item['msg']}" for item in error.errors()

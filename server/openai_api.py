@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from models.embeddings import TextEmbedder
 from models.llm import ChatMessage, LanguageModel, LlmRequestError, LlmUnavailable
@@ -46,7 +46,7 @@ from pipelines.serving.ratelimit import InProcessRateLimiter, RateLimiter, Redis
 from pipelines.serving.telemetry import CHAT_REQUESTS, RATE_LIMITED, StageTimer
 from server.auth import presented_token
 from server.config import RateLimit, Settings
-from server.errors import Handler
+from server.errors import Handler, json_error_reason
 from server.openai_errors import OpenAiApiError
 
 log = logging.getLogger(__name__)
@@ -72,23 +72,25 @@ class InMessage(_Body):
 
 
 class StreamOptions(_Body):
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class ChatCompletionBody(_Body):
-    model: str
+    """Numbers and booleans are strict, as OpenAI's are: ``"max_tokens": "10"`` or ``"stream": "yes"`` is a 400."""
+
+    model: StrictStr
     messages: list[InMessage]
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    n: int | None = None
-    stream: bool | None = False
+    max_tokens: StrictInt | None = None
+    max_completion_tokens: StrictInt | None = None
+    temperature: StrictFloat | None = None  # strict floats still take integers (1 is 1.0), as JSON numbers
+    top_p: StrictFloat | None = None
+    n: StrictInt | None = None
+    stream: StrictBool | None = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
+    seed: StrictInt | None = None
+    logprobs: StrictBool | None = None
+    top_logprobs: StrictInt | None = None
     context_documents: list[str] | None = None  # Vigil's extension: reference texts for the system prompt
 
 
@@ -376,8 +378,8 @@ async def _read_chat_body(request: web.Request) -> tuple[ChatCompletionBody, dic
         raw = await request.json()
     except web.HTTPRequestEntityTooLarge:
         raise OpenAiApiError(413, "request body too large", code="body_too_large") from None
-    except ValueError as error:
-        raise _invalid(f"body is not valid JSON: {error}", None, "invalid_json") from None
+    except (ValueError, RecursionError) as error:
+        raise _invalid(f"body is not valid JSON: {json_error_reason(error)}", None, "invalid_json") from None
     if not isinstance(raw, dict):
         raise _invalid("body must be a JSON object", None)
     try:

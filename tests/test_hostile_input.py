@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import aiohttp
 import pytest
@@ -127,3 +128,98 @@ async def test_an_offer_that_never_connects_frees_its_slot_after_connect_timeout
     client = VigilClient(server.url)
     await client.connect()
     await client.close()
+
+
+# ---------------------------------------------------------------- HTTP bodies
+
+DEEP_JSON = "[" * 3000 + "]" * 3000
+
+
+def _errors_500(exposition: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in exposition.splitlines()
+               if line.startswith("vigil_http_errors_total{") and 'status="500"' in line)
+
+
+async def _exposition(url: str) -> str:
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as response:
+        return await response.text()
+
+
+async def _raw_http(url: str, request: bytes, answer: bool = True) -> bytes:
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request)
+    await writer.drain()
+    if not answer:  # hang up mid-body
+        await asyncio.sleep(0.2)
+        writer.close()
+        return b""
+    async with asyncio.timeout(20):
+        data = await reader.read()
+    writer.close()
+    return data
+
+
+@pytest.mark.parametrize("path", ["/offer", "/api/sources", "/v1/chat/completions", "/v1/audio/speech"])
+async def test_json_nested_too_deeply_is_a_400(vigil, path: str):
+    server = await vigil()
+    async with aiohttp.ClientSession() as http, http.post(
+            server.url + path, data=DEEP_JSON, headers={"Content-Type": "application/json"}) as response:
+        body = await response.json()
+    assert response.status == 400, body
+    assert "nested too deeply" in body["error"]["message"]
+
+
+async def test_json_nested_too_deeply_in_session_config_is_a_400(vigil):
+    server = await vigil()
+    client = VigilClient(server.url)
+    session_id = await client.connect()
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{server.url}/api/sessions/{session_id}/config", data=DEEP_JSON,
+            headers={"Content-Type": "application/json"}) as response:
+        body = await response.json()
+    assert response.status == 400 and body["error"]["code"] == "invalid_json", body
+    await _still_answers(client, "config-survived")
+    await client.close()
+
+
+async def test_a_malformed_multipart_part_header_is_a_400(vigil):
+    server = await vigil()
+    form = (b'--B\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nBad Header\r\n\r\nxx\r\n'
+            b"--B--\r\n")
+    answer = await _raw_http(server.url, b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Type: multipart/form-data; boundary=B\r\nConnection: close\r\n"
+                             b"Content-Length: %d\r\n\r\n" % len(form) + form)
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), answer
+    assert "malformed multipart" in json.loads(payload)["error"]["message"]
+
+
+@pytest.mark.parametrize("path", ["/offer", "/api/sources", "/v1/chat/completions", "/v1/audio/speech"])
+async def test_a_client_leaving_mid_body_is_neither_a_500_nor_an_unhandled_error(vigil, caplog, path: str):
+    caplog.set_level(logging.INFO)
+    server = await vigil()
+    before = _errors_500(await _exposition(server.url))
+    await _raw_http(server.url, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                "Content-Length: 1000\r\n\r\n{\"sdp\": ".encode(), answer=False)
+    async with asyncio.timeout(10):
+        while "client left" not in caplog.text:  # noqa: ASYNC110 (the handler runs in this same loop)
+            await asyncio.sleep(0.05)
+    exposition = await _exposition(server.url)
+    assert _errors_500(exposition) == before
+    assert 'code="client_closed_request"' in exposition
+    assert "unhandled error" not in caplog.text
+
+
+@pytest.mark.parametrize("field, value", [("max_tokens", "10"), ("stream", "yes"), ("stream", 1),
+                                          ("temperature", "0.5"), ("n", 1.5), ("seed", True),
+                                          ("logprobs", "true"), ("stream_options", {"include_usage": "yes"})])
+async def test_loose_types_on_chat_completions_are_a_400_like_openai(vigil, field: str, value: object):
+    server = await vigil()
+    body = {"model": "any", "messages": [{"role": "user", "content": "hi"}], field: value}
+    if field == "stream_options":
+        body["stream"] = True
+    async with aiohttp.ClientSession() as http, http.post(f"{server.url}/v1/chat/completions", json=body) as r:
+        answer = await r.json()
+    assert r.status == 400, answer
+    assert answer["error"]["type"] == "invalid_request_error" and field in answer["error"]["param"]
