@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import aiohttp
 
 from server.client import VigilClient, VigilError
+from server.openai_api import CHAT_API
+from tests.support.scripted_llm import ScriptedLlmForTest
+from tests.support.speech_files import spoken, wav_bytes
+from tests.test_batch_jobs import LONG_SENTENCES
+
+CHAT_MODEL = "smollm2-135m-instruct"  # the configured model's name, answered by the scripted LLM
 
 
 async def test_twenty_parallel_offers_with_a_limit_of_four_open_exactly_four(vigil):
@@ -76,3 +83,55 @@ async def test_parallel_v1_requests_never_exceed_the_rate_limit(vigil):
         results = await asyncio.gather(*(get(http) for _ in range(15)))
     assert sorted(status for status, _ in results) == [200] * 5 + [429] * 10, results
     assert all(retry is not None for status, retry in results if status == 429)
+
+
+async def test_parallel_chat_generations_never_exceed_max_in_flight(vigil):
+    server = await vigil(api={"max_in_flight": 3, "rate_limit": None,
+                              "cache": {"exact": False, "semantic": False}})
+    release = asyncio.Event()
+    scripted = ScriptedLlmForTest(["Fine."], name=CHAT_MODEL, hold=release)
+    server.app[CHAT_API].use_llm_for_test(scripted)
+    body = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hello"}]}
+
+    async def ask(http: aiohttp.ClientSession) -> tuple[int, dict]:
+        async with http.post(f"{server.url}/v1/chat/completions", json=body) as response:
+            return response.status, await response.json()
+
+    async with aiohttp.ClientSession() as http:
+        pending = [asyncio.create_task(ask(http)) for _ in range(10)]
+        async with asyncio.timeout(60):  # the held three cannot finish before the release
+            while sum(task.done() for task in pending) < 7:
+                await asyncio.wait([t for t in pending if not t.done()], return_when=asyncio.FIRST_COMPLETED)
+        done = [task for task in pending if task.done()]
+        refused = [task.result() for task in done]
+        assert len(refused) == 7 and {(s, b["error"]["code"]) for s, b in refused} == {(503, "server_busy")}
+        assert server.app[CHAT_API].in_flight == 3
+        release.set()
+        answered = await asyncio.gather(*(task for task in pending if task not in done))
+        assert [status for status, _ in answered] == [200] * 3
+        assert server.app[CHAT_API].in_flight == 0
+        assert (await ask(http))[0] == 200  # free again
+
+
+async def test_parallel_job_submissions_never_exceed_max_active_jobs(vigil, tmp_path: Path):
+    server = await vigil(transcription={"data_dir": str(tmp_path / "jobs"), "max_active_jobs": 2},
+                         api={"rate_limit": None})
+    audio = wav_bytes(spoken(LONG_SENTENCES, pause_s=1.2))  # long enough that no job ends during the burst
+
+    async def submit(http: aiohttp.ClientSession) -> tuple[int, dict]:
+        form = aiohttp.FormData()
+        form.add_field("file", audio, filename="speech.wav", content_type="audio/wav")
+        form.add_field("model", "whisper-1")
+        async with http.post(f"{server.url}/v1/audio/transcriptions/jobs", data=form) as response:
+            return response.status, await response.json()
+
+    async with aiohttp.ClientSession() as http:
+        results = await asyncio.gather(*(submit(http) for _ in range(8)))
+        assert sorted(status for status, _ in results) == [202] * 2 + [503] * 6, results
+        assert {b["error"]["code"] for status, b in results if status == 503} == {"server_busy"}
+        for status, job in results:  # cancelled, they free their slots at once
+            if status == 202:
+                async with http.post(f"{server.url}/v1/audio/transcriptions/jobs/{job['id']}/cancel") as response:
+                    assert response.status == 200, await response.text()
+        assert sorted(status for status, _ in await asyncio.gather(*(submit(http) for _ in range(3)))) == [
+            202, 202, 503]
