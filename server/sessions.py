@@ -79,9 +79,10 @@ def check_connectable_offer(sdp: str) -> SessionDescription:
     if not channels:
         raise OfferRejected(400, "no_data_channel",
                             f"the offer has no data channel: create one labelled '{RESULTS_LABEL}' first")
+    bundled = {str(mid) for group in parsed.group if group.semantic == "BUNDLE" for mid in group.items}
     for media in channels:
         missing = [what for what, present in (
-            ("a port", media.port != 0),
+            ("a port", media.port != 0 or media.rtp.muxId in bundled),  # port 0 = rejected, unless bundle-only
             ("an SCTP port", media.sctp_port is not None or bool(media.sctpmap)),
             ("ICE credentials (ice-ufrag, ice-pwd)", bool(media.ice and media.ice.usernameFragment
                                                           and media.ice.password)),

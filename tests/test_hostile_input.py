@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 
 import aiohttp
 import pytest
@@ -223,3 +224,11 @@ async def test_loose_types_on_chat_completions_are_a_400_like_openai(vigil, fiel
         answer = await r.json()
     assert r.status == 400, answer
     assert answer["error"]["type"] == "invalid_request_error" and field in answer["error"]["param"]
+
+
+async def test_a_rejected_data_channel_section_is_not_connectable(vigil):
+    server = await vigil()
+    sdp = _without(await _valid_offer_sdp(), "a=group:BUNDLE")  # unbundled: port 0 means rejected
+    lines = [re.sub(r"^m=application \d+", "m=application 0", line) for line in sdp.splitlines()]
+    status, body, _ = await _post_offer(server.url, "".join(line + "\r\n" for line in lines))
+    assert status == 400 and body["error"]["code"] == "not_connectable" and "a port" in body["error"]["message"]
