@@ -128,6 +128,16 @@ class Event(ServerMessage):
     type: Literal["event"] = "event"
     name: str = Field(description="e.g. source.state, config, zone.enter, barge_in.")
     data: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = Field(None, description="Timeline entry id of a stored event (GET /api/events/{id}).")
+
+
+class Clip(ServerMessage):
+    """An event clip is ready (after ``storage.post_s``); ``pts`` is the clip's start in media time."""
+
+    type: Literal["clip"] = "clip"
+    event_ids: list[str] = Field(description="The stored events this clip covers (later events extend a clip).")
+    duration_s: float
+    url: str = Field(description="GET it for the MP4 (range requests supported); any of event_ids serves it.")
 
 
 class VideoCounts(BaseModel):
@@ -183,7 +193,7 @@ class Pong(ServerMessage):
 
 
 ServerMessageUnion = Annotated[
-    Hello | Detections | Transcript | Reply | Event | Metrics | Error | Pong, Field(discriminator="type")
+    Hello | Detections | Transcript | Reply | Event | Clip | Metrics | Error | Pong, Field(discriminator="type")
 ]
 
 # ---------------------------------------------------------------- client -> server

@@ -18,7 +18,14 @@ from aiortc.sdp import SessionDescription
 
 from pipelines.clock import Clock, WallClock
 from pipelines.protocol import ServerMessage, SessionConfig
-from pipelines.session import AudioAnalyzer, SessionPipeline, VideoAnalyzer, handle_client_message, pump_track
+from pipelines.session import (
+    AudioAnalyzer,
+    SessionPipeline,
+    TimelineSink,
+    VideoAnalyzer,
+    handle_client_message,
+    pump_track,
+)
 from server import __version__
 from server.config import Settings
 from server.metrics import SESSIONS
@@ -26,6 +33,9 @@ from server.metrics import SESSIONS
 log = logging.getLogger(__name__)
 
 RESULTS_LABEL = "results"
+
+# Makes a session's or source's timeline recorder, given (origin, name); set by server.events_api when storage is on.
+TimelineFactory = Callable[[str, str | None], TimelineSink]
 
 
 @dataclass
@@ -41,7 +51,7 @@ class Analyzers:
             await close()
 
     def pipeline(self, settings: Settings, session_id: str, *, origin: str, clock: Clock, emit: Callable[..., None],
-                 config: SessionConfig) -> SessionPipeline:
+                 config: SessionConfig, timeline: TimelineSink | None = None) -> SessionPipeline:
         """A session pipeline with this process's analysers and the configured limits."""
         return SessionPipeline(
             session_id,
@@ -54,6 +64,7 @@ class Analyzers:
             audio_analyzer=self.audio(origin) if self.audio else None,
             metrics_interval_s=settings.sessions.metrics_interval_s,
             audio_queue_frames=settings.sessions.audio_queue_frames,
+            timeline=timeline,
         )
 
 
@@ -113,6 +124,7 @@ class SessionRegistry:
         self.settings = settings
         self.analyzers = analyzers or Analyzers()
         self.sessions: dict[str, WebRTCSession] = {}
+        self.timeline: TimelineFactory | None = None
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -149,7 +161,8 @@ class SessionRegistry:
         pc = RTCPeerConnection(self._rtc_configuration())
         holder: dict[str, WebRTCSession] = {}
         pipeline = self.analyzers.pipeline(self.settings, session_id, origin="webrtc", clock=WallClock(),
-                                           emit=lambda message: holder["session"].emit(message), config=config)
+                                           emit=lambda message: holder["session"].emit(message), config=config,
+                                           timeline=self.timeline("webrtc", None) if self.timeline else None)
         session = WebRTCSession(session_id, pc, pipeline, self.settings.webrtc.max_message_bytes)
         holder["session"] = session
 
