@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +186,150 @@ async def test_storage_failure_degrades_to_live_events_with_one_error(vigil, med
             events = json.loads(body)["events"]
             assert [e["name"] for e in events] == ["zone.enter"] and events[0]["clip_state"] == "failed"
             assert not list((tmp_path / "events" / "clips").iterdir())
+
+
+class ZoneEntryAtFourSecondsAnalyzerForTest:
+    """Named seam: the RTSP camera shows a test pattern (no person), so this analyser reports one zone entry at
+    4 s of media time (the ring buffer is full by then); the clip path under test (ring buffer, remux) is real."""
+
+    name = "zone-entry-at-4s-for-test"
+
+    def __init__(self) -> None:
+        self.fired = False
+
+    def configure(self, config: Any) -> None:
+        return None
+
+    async def analyze(self, sampled: Any) -> Any:
+        from pipelines.session import DetectionResult
+
+        events = []
+        if sampled.pts >= 4.0 and not self.fired:
+            self.fired = True
+            events = [("zone.enter", {"zone": "door", "track_id": 1, "label": "person"})]
+        return DetectionResult(width=sampled.frame.width, height=sampled.frame.height, objects=[],
+                               inference_ms=0.0, model=self.name, events=events)
+
+
+def _parameter_sets(extradata: bytes) -> list[bytes]:
+    """H.264 SPS and PPS from either extradata layout: Annex B (RTSP) or avcC (MP4 stores it so)."""
+    if extradata.startswith((b"\0\0\0\1", b"\0\0\1")):
+        # a NAL unit never ends in a zero byte (its stop bit): zeros around a start code belong to the start code
+        return [unit.strip(b"\0") for unit in extradata.split(b"\0\0\1") if unit.strip(b"\0")]
+    units, at = [], 6
+    for count_mask in (0x1F, 0xFF):  # the SPS count shares its byte with reserved bits
+        count = extradata[at - 1] & count_mask
+        for _ in range(count):
+            size = int.from_bytes(extradata[at: at + 2], "big")
+            units.append(extradata[at + 2: at + 2 + size])
+            at += 2 + size
+        at += 1
+    return units
+
+
+async def test_an_rtsp_clip_is_remuxed_with_the_cameras_codec_parameters(vigil, tmp_path: Path, monkeypatch):
+    from pipelines.timeline import recorder
+    from server.sessions import Analyzers
+    from tests.support.rtsp import RtspCamera, free_port
+
+    calls = {"remux": 0, "encode": 0}
+
+    def counted(name: str, fn: Any) -> Any:
+        def wrapper(*args: Any) -> Any:
+            calls[name] += 1
+            return fn(*args)
+        return wrapper
+
+    monkeypatch.setattr(recorder, "remux_clip", counted("remux", recorder.remux_clip))
+    monkeypatch.setattr(recorder, "encode_clip", counted("encode", recorder.encode_clip))
+    server = await vigil(Analyzers(video=ZoneEntryAtFourSecondsAnalyzerForTest), storage=_storage(tmp_path))
+    camera = RtspCamera(free_port(), width=320, height=240, fps=15)
+    await asyncio.to_thread(camera.start)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{server.url}/api/sources", json={"url": camera.url}) as response:
+                source = await response.json()
+            async with http.ws_connect(f"{server.url}/api/sources/{source['id']}/results") as ws:
+                clip_message = await Watcher(ws).next(lambda m: m["type"] == "clip", timeout=60)
+            status, clip, _ = await _get(http, server.url + clip_message["url"])
+            assert status == 200
+        with av.open(camera.url, options={"rtsp_transport": "tcp"}, timeout=10) as direct:
+            camera_codec = direct.streams.video[0].codec_context
+            camera_params = (camera_codec.name, camera_codec.width, camera_codec.height, camera_codec.profile,
+                             _parameter_sets(camera_codec.extradata))
+    finally:
+        await asyncio.to_thread(camera.stop)
+    path = tmp_path / "rtsp.mp4"
+    path.write_bytes(clip)
+    with av.open(str(path)) as container:
+        codec = container.streams.video[0].codec_context
+        assert (codec.name, codec.width, codec.height, codec.profile, _parameter_sets(codec.extradata)) == camera_params
+        frames = list(container.decode(video=0))
+    assert calls == {"remux": 1, "encode": 0}
+    # every camera frame (15 fps), from a keyframe (1 s GOP) at or before pre_s until post_s after the entry
+    assert PRE_S + POST_S - 0.3 <= len(frames) / 15 <= PRE_S + 1.0 + POST_S + 0.3, len(frames)
+
+
+async def test_a_webrtc_session_clip_is_encoded_from_its_frames(vigil, media: Path, tmp_path: Path, person_detector):
+    from aiortc.contrib.media import MediaPlayer
+
+    from server.client import VigilClient
+
+    server = await vigil(models={"detector": {"backend": "yolo"}}, video={"target_fps": 5},
+                         storage=_storage(tmp_path, clip_fps=10))
+    player = MediaPlayer(str(media / "slide.mp4"))
+    client = VigilClient(server.url, options={"video": {"zones": [RIGHT_HALF]}})
+    session_id = await client.connect([player.video])
+    try:
+        enter = await client.next_message("event", where=lambda m: m["name"] == "zone.enter", timeout=60)
+        clip_message = await client.next_message("clip", timeout=60)
+        assert clip_message["event_ids"] == [enter["id"]]
+        async with aiohttp.ClientSession() as http:
+            status, clip, _ = await _get(http, server.url + clip_message["url"])
+            status_event, body, _ = await _get(http, f"{server.url}/api/events/{enter['id']}")
+        assert status == 200 and status_event == 200
+        assert json.loads(body)["source"] == session_id and json.loads(body)["origin"] == "webrtc"
+    finally:
+        await client.close()
+        player.video.stop()
+    path = tmp_path / "webrtc.mp4"
+    path.write_bytes(clip)
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        assert stream.codec_context.name in ("h264", "mpeg4")
+        frames = [frame for frame in container.decode(stream)]
+        duration = float(frames[-1].pts * frames[-1].time_base - frames[0].pts * frames[0].time_base)
+        last = frames[-1].to_ndarray(format="rgb24")
+    assert PRE_S + POST_S - 0.8 <= duration <= PRE_S + POST_S + 0.5, duration
+    assert _people(person_detector, last) >= 1
+
+
+def test_retention_by_quota_removes_the_oldest_clip_first(tmp_path: Path):
+    from pipelines.timeline.store import TimelineEntry, TimelineStore
+
+    store = TimelineStore(tmp_path / "data", max_age_s=3600, quota_bytes=10**9)
+    store.open()
+    try:
+        ids = []
+        for index in range(3):
+            entry = TimelineEntry(kind="event", name="zone.enter", source="cam", origin="rtsp",
+                                  wall_ts=time.time() + index / 1000, clip_state="ready")
+            relative = f"clips/{entry.id}.mp4"
+            (store.root / relative).write_bytes(b"\0" * 4000)
+            entry.clip = relative
+            store.put(entry)
+            ids.append(entry.id)
+        assert store.flush()
+        store.quota_bytes = 9000  # room for two clips of the three
+        store.request_retention()
+        assert store.flush()
+        clips = {entry_id: store.get(entry_id).clip_state for entry_id in ids}  # type: ignore[union-attr]
+        assert clips == {ids[0]: "deleted", ids[1]: "ready", ids[2]: "ready"}
+        assert sorted(p.name for p in (store.root / "clips").iterdir()) == sorted(f"{i}.mp4" for i in ids[1:])
+        store.max_age_s = 0.01  # by age
+        time.sleep(0.1)
+        store.request_retention()
+        assert store.flush()
+        assert store.query(kinds=("event",)) == [] and not list((store.root / "clips").iterdir())
+    finally:
+        store.close()

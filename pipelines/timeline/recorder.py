@@ -318,12 +318,14 @@ class TimelineRecorder:
                 partial.unlink(missing_ok=True)
             self._media_failed(pending.event_ids, str(error))
             return
+        def announce() -> None:  # once the clip can be fetched
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self._clip_ready, pending, duration)
+
         self.store.update_media(pending.event_ids, clip=relative, clip_state="ready",
                                 clip_start_pts=round(pending.start_pts, 3), clip_duration_s=round(duration, 3),
-                                on_failure=self._report)
+                                on_failure=self._report, on_committed=announce)
         self.store.request_retention()
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._clip_ready, pending, duration)
 
     def _media_failed(self, ids: list[str], reason: str) -> None:
         self._report(f"cannot record the event clip: {reason}")

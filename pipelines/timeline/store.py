@@ -103,6 +103,7 @@ class _MediaUpdate:
     clip_start_pts: float | None = None
     clip_duration_s: float | None = None
     snapshot: str | None = None
+    on_committed: Callable[[], None] | None = None  # called on the writer thread once the update is committed
 
 
 FailureCallback = Callable[[str], None]
@@ -206,8 +207,11 @@ class TimelineStore:
     def put(self, entry: TimelineEntry, on_failure: FailureCallback | None = None) -> bool:
         return self._offer((entry, on_failure))
 
-    def update_media(self, ids: list[str], *, on_failure: FailureCallback | None = None, **fields: Any) -> bool:
-        return self._offer((_MediaUpdate(list(ids), **fields), on_failure))
+    def update_media(self, ids: list[str], *, on_failure: FailureCallback | None = None,
+                     on_committed: Callable[[], None] | None = None, **fields: Any) -> bool:
+        """Set clip/snapshot fields of stored entries; ``on_committed`` runs (writer thread) once they are
+        visible to readers."""
+        return self._offer((_MediaUpdate(list(ids), on_committed=on_committed, **fields), on_failure))
 
     def request_retention(self) -> None:
         """Run retention on the writer thread soon (e.g. after a clip was written)."""
@@ -276,6 +280,13 @@ class TimelineStore:
             log.error("timeline write failed: %s", error)
             for callback in dict.fromkeys(cb for _, cb in batch if cb is not None):
                 callback(f"timeline write failed: {error}")
+            return
+        for item, _ in batch:
+            if isinstance(item, _MediaUpdate) and item.on_committed is not None:
+                try:
+                    item.on_committed()
+                except Exception:
+                    log.exception("timeline commit callback failed")
 
     def _insert(self, e: TimelineEntry) -> None:
         assert self._conn is not None
