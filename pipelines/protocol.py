@@ -8,9 +8,10 @@ Changes must be additive within ``v: 1``.
 from __future__ import annotations
 
 import json
+import string
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 PROTOCOL_VERSION = 1
 
@@ -23,16 +24,45 @@ class _Strict(BaseModel):
 
 
 Point = tuple[Annotated[float, Field(ge=0, le=1)], Annotated[float, Field(ge=0, le=1)]]
+# Fields a spoken-alert template may use: plain names only (no attribute or index access, no format specs).
+ANNOUNCE_FIELDS = frozenset({"zone", "line", "label", "track_id", "direction", "source", "event"})
 
 
-class ZoneConfig(_Strict):
+def _check_announce(template: str | None) -> str | None:
+    if template is None:
+        return None
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as error:
+        raise ValueError(f"announce: {error}") from None
+    for _, field_name, spec, conversion in parts:
+        if field_name is None:
+            continue
+        if field_name not in ANNOUNCE_FIELDS or spec or conversion:
+            raise ValueError(f"announce: '{{{field_name}}}' is not allowed; use {sorted(ANNOUNCE_FIELDS)}")
+    return template
+
+
+class _Announced(BaseModel):
+    announce: str | None = Field(None, min_length=1, max_length=300, description=(
+        "Spoken on the session's reply track when an object enters the zone (crosses the line), e.g. "
+        "'Someone entered the {zone}'. Fields: zone, line, label, track_id, direction, source, event."))
+    announce_cooldown_s: float = Field(30.0, ge=0, le=86400, description="At most one alert per this many seconds.")
+
+    @field_validator("announce")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        return _check_announce(value)
+
+
+class ZoneConfig(_Strict, _Announced):
     """A polygon in normalised image coordinates; objects entering/leaving it raise zone events."""
 
     name: str = Field(min_length=1, max_length=100)
     polygon: list[Point] = Field(min_length=3, max_length=100)
 
 
-class LineConfig(_Strict):
+class LineConfig(_Strict, _Announced):
     """A counting line from ``start`` to ``end`` (normalised); crossings raise line.cross events."""
 
     name: str = Field(min_length=1, max_length=100)
@@ -122,6 +152,8 @@ class Reply(ServerMessage):
     turn: int
     delta: str | None = None
     done: bool = False
+    kind: Literal["answer", "alert"] | None = Field(
+        None, description="'alert': a spoken alert (a zone's or line's announce), not an answer; absent: an answer.")
 
 
 class Event(ServerMessage):

@@ -325,6 +325,10 @@ class SessionPipeline:
     # ------------------------------------------------------------------ media in
 
     @property
+    def audio_analyzer(self) -> AudioAnalyzer:
+        return self._audio_analyzer
+
+    @property
     def audio_output(self) -> Any:
         """The reply audio track, when the audio analyser speaks back."""
         return self._audio_analyzer.output_track

@@ -174,8 +174,8 @@ def open_timeline(settings: Settings) -> TimelineStore:
 def recorder_factory(settings: Settings, store: TimelineStore, executor: ThreadPoolExecutor):
     config = settings.storage
     recorder_settings = RecorderSettings(
-        clips=config.clips, pre_s=config.pre_s, post_s=config.post_s, max_s=config.max_s, clip_fps=config.clip_fps,
-        scene_interval_s=config.scene_interval_s, quota_bytes=config.quota_bytes,
+        clips=config.clips and config.enabled, pre_s=config.pre_s, post_s=config.post_s, max_s=config.max_s,
+        clip_fps=config.clip_fps,        scene_interval_s=config.scene_interval_s, quota_bytes=config.quota_bytes,
         appear=tuple(AppearRule(rule.label, rule.min_conf) for rule in config.appear),
     )
 
@@ -187,14 +187,16 @@ def recorder_factory(settings: Settings, store: TimelineStore, executor: ThreadP
 
 
 def setup_events_api(app: web.Application, settings: Settings) -> None:
-    """Open the timeline store and give every new session and source a recorder; register /api/events."""
+    """Open the timeline store and give every new session and source a recorder (alerts and 'object appeared'
+    events work with storage off too); register /api/events."""
     for route in event_routes():
         app.router.add_route(route.method, route.path, route.handler)
-    if not settings.storage.enabled:
-        return
-    store = open_timeline(settings)
     executor = ThreadPoolExecutor(2, thread_name_prefix="vigil-clips")
-    app[TIMELINE] = store
+    if settings.storage.enabled:
+        store = open_timeline(settings)
+        app[TIMELINE] = store
+    else:  # never opened: nothing is stored, but recorders still raise 'object appeared' events and alerts
+        store = TimelineStore(settings.storage.data_dir, max_age_s=0, quota_bytes=0)
     factory = recorder_factory(settings, store, executor)
     app[SESSIONS].timeline = factory
     app[SOURCES].timeline = factory

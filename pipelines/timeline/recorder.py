@@ -22,6 +22,7 @@ from typing import Any, Literal
 import av
 
 from pipelines.protocol import Clip, Reply, ServerMessage, Transcript
+from pipelines.timeline.alerts import AlertAnnouncer
 from pipelines.timeline.media import (
     FrameRing,
     PacketRing,
@@ -95,6 +96,7 @@ class TimelineRecorder:
         self._seen_tracks: set[int] = set()
         self._next_scene_pts: float | None = None
         self._replies: dict[int, _Turn] = {}
+        self._alerts: AlertAnnouncer | None = None
         self._closed = False
 
     # ------------------------------------------------------------------ wiring
@@ -102,6 +104,7 @@ class TimelineRecorder:
     def attach(self, pipeline: Any) -> None:
         self._pipeline = pipeline
         self._loop = asyncio.get_running_loop()
+        self._alerts = AlertAnnouncer(pipeline, self.record_alert)
 
     def _entry(self, kind: Any, name: str, pts: float | None, **fields: Any) -> TimelineEntry:
         return TimelineEntry(kind=kind, name=name, source=self._pipeline.session_id, origin=self._pipeline.origin,
@@ -142,6 +145,9 @@ class TimelineRecorder:
             self._put(entry)
             out.append((name, data, entry.id))
         ids = [entry_id for _, _, entry_id in out]
+        if self._alerts is not None:
+            for name, data, _ in out:
+                self._alerts.on_event(name, data, self.source_name or self._pipeline.session_id)
         if not self.store.available or self._failed:
             return out
         if self.settings.clips:
@@ -190,10 +196,8 @@ class TimelineRecorder:
                 if text:
                     self._put(self._entry("reply", "reply", message.pts, text=text, data={"turn": message.turn}))
 
-    def record_alert(self, text: str, data: dict[str, Any], pts: float | None = None) -> str:
-        entry = self._entry("alert", "alert", pts, text=text, data=data)
-        self._put(entry)
-        return entry.id
+    def record_alert(self, text: str, data: dict[str, Any]) -> None:
+        self._put(self._entry("alert", "alert", self._pipeline.scene.pts, text=text, data=data))
 
     def on_video_frame(self, frame: av.VideoFrame, pts: float) -> None:
         """Every decoded frame (WebRTC sessions keep some of them)."""
@@ -342,6 +346,8 @@ class TimelineRecorder:
 
     async def close(self) -> None:
         """Write the pending clip, wait for the writes in flight."""
+        if self._alerts is not None:
+            await self._alerts.close()
         with self._lock:
             self._finish()
         if self._writes:

@@ -219,8 +219,8 @@ class TimelineStore:
 
     def _offer(self, item: _Item) -> bool:
         if self._conn is None:
-            if item[1] is not None:
-                item[1](self.open_error or "timeline storage is not open")
+            if item[1] is not None and self.open_error is not None:  # never opened: storage is off, say nothing
+                item[1](self.open_error)
             return False
         with self._idle:
             self._pending += 1
