@@ -333,3 +333,37 @@ def test_retention_by_quota_removes_the_oldest_clip_first(tmp_path: Path):
         assert store.query(kinds=("event",)) == [] and not list((store.root / "clips").iterdir())
     finally:
         store.close()
+
+
+async def test_analyze_writes_events_and_clips_a_server_then_serves(vigil, media: Path, tmp_path: Path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    config = tmp_path / "vigil.yaml"
+    config.write_text(yaml.safe_dump({"video": {"target_fps": 5, "zones": [RIGHT_HALF]},
+                                      "models": {"detector": {"backend": "yolo"}}, "voice": {"enabled": False},
+                                      "storage": {"pre_s": PRE_S, "post_s": POST_S}}))
+    events_dir, out = tmp_path / "analyzed", tmp_path / "out.jsonl"
+    result = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "server.cli", "analyze", str(media / "slide.mp4"), "--config",
+                         str(config), "-q", "-o", str(out), "--events-dir", str(events_dir)],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    messages = [json.loads(line) for line in out.read_text().splitlines()]
+    (enter,) = [m for m in messages if m["type"] == "event" and m["name"] == "zone.enter"]
+    (clip,) = [m for m in messages if m["type"] == "clip"]
+    assert clip["event_ids"] == [enter["id"]]
+
+    server = await vigil(storage={"data_dir": str(events_dir)})
+    async with aiohttp.ClientSession() as http:
+        status, body, _ = await _get(http, f"{server.url}/api/events")
+        (event,) = json.loads(body)["events"]
+        assert status == 200 and event["id"] == enter["id"] and event["origin"] == "file"
+        status, data, _ = await _get(http, server.url + event["clip_url"])
+    assert status == 200
+    path = tmp_path / "analyzed.mp4"
+    path.write_bytes(data)
+    with av.open(str(path)) as container:
+        assert sum(1 for _ in container.decode(video=0)) / 10 == pytest.approx(PRE_S + POST_S, abs=0.6)

@@ -352,6 +352,9 @@ class TimelineRecorder:
             self._finish()
         if self._writes:
             await asyncio.gather(*list(self._writes), return_exceptions=True)
+        if self.store.available:  # the last clip's entry is committed and its clip message sent before we return
+            await asyncio.to_thread(self.store.flush, 5.0)
+            await asyncio.sleep(0)
         self._closed = True
         with self._lock:
             if self._template is not None:
