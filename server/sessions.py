@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 RESULTS_LABEL = "results"
 
-# Makes a session's or source's timeline recorder, given (origin, name); set by server.events_api when storage is on.
+# Makes a session's or source's timeline recorder, given (origin, name); set by server.events_api.
 TimelineFactory = Callable[[str, str | None], TimelineSink]
 
 

@@ -367,3 +367,33 @@ async def test_analyze_writes_events_and_clips_a_server_then_serves(vigil, media
     path.write_bytes(data)
     with av.open(str(path)) as container:
         assert sum(1 for _ in container.decode(video=0)) / 10 == pytest.approx(PRE_S + POST_S, abs=0.6)
+
+
+async def test_object_appeared_rules_and_scene_summaries_are_stored(vigil, media: Path, tmp_path: Path):
+    server = await vigil(sources={"media_root": str(media)}, video={"target_fps": 5},
+                         models={"detector": {"backend": "yolo"}},
+                         storage=_storage(tmp_path, clips=False, scene_interval_s=1.0,
+                                          appear=[{"label": "person", "min_conf": 0.5}, {"label": "bus"}]))
+    async with aiohttp.ClientSession() as http:
+        body = {"path": "slide.mp4", "realtime": False}
+        async with http.post(f"{server.url}/api/sources", json=body) as response:
+            source = await response.json()
+        async with http.ws_connect(f"{server.url}/api/sources/{source['id']}/results") as ws:
+            watcher = Watcher(ws)
+            await watcher.state("ended", timeout=60)
+        appeared = [m for m in watcher.seen if m["type"] == "event" and m["name"] == "object.appeared"]
+        assert len(appeared) == 1 and appeared[0]["data"]["label"] == "person" and appeared[0]["id"]
+        assert appeared[0]["data"]["conf"] >= 0.5
+
+        status, body, _ = await _get(http, f"{server.url}/api/events?kind=scene&source={source['id']}&limit=3")
+        page = json.loads(body)
+        assert status == 200 and len(page["events"]) == 3 and page["next_cursor"]
+        older = json.loads((await _get(http, f"{server.url}/api/events?kind=scene&source={source['id']}"
+                                             f"&limit=3&cursor={page['next_cursor']}"))[1])["events"]
+        scenes = page["events"] + older
+        assert [s["pts"] for s in scenes] == sorted((s["pts"] for s in scenes), reverse=True)  # newest first
+        assert len({s["id"] for s in scenes}) == 6  # pages do not overlap
+        assert all(s["data"]["counts"] == {"person": 1} for s in scenes[:3])  # the person is in view at the end
+        assert scenes[0]["data"]["tracks"] == [{"id": appeared[0]["data"]["track_id"], "label": "person"}]
+        status, body, _ = await _get(http, f"{server.url}/api/events?name=object.appeared")
+        assert [e["id"] for e in json.loads(body)["events"]] == [appeared[0]["id"]]
