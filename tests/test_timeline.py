@@ -397,3 +397,30 @@ async def test_object_appeared_rules_and_scene_summaries_are_stored(vigil, media
         assert scenes[0]["data"]["tracks"] == [{"id": appeared[0]["data"]["track_id"], "label": "person"}]
         status, body, _ = await _get(http, f"{server.url}/api/events?name=object.appeared")
         assert [e["id"] for e in json.loads(body)["events"]] == [appeared[0]["id"]]
+
+
+def test_a_write_failure_is_reported_and_the_writer_recovers(tmp_path: Path):
+    from pipelines.timeline.store import TimelineEntry, TimelineStore
+
+    store = TimelineStore(tmp_path / "data", max_age_s=3600, quota_bytes=10**9)
+    store.open()
+    try:
+        def entry() -> TimelineEntry:
+            return TimelineEntry(kind="event", name="zone.enter", source="cam", origin="rtsp", wall_ts=time.time())
+
+        failures: list[str] = []
+        assert store.flush()
+        assert store._conn is not None
+        store._conn.execute("PRAGMA query_only = 1")  # SQLite refuses writes (SQLITE_READONLY), as a read-only disk
+        refused = [entry() for _ in range(5)]
+        for item in refused:
+            assert store.put(item, on_failure=failures.append)  # accepted without blocking ...
+        assert store.flush()
+        assert failures and all("write failed" in f and "readonly" in f for f in failures)  # ... and reported
+        assert all(store.get(item.id) is None for item in refused)
+        store._conn.execute("PRAGMA query_only = 0")  # the disk is back
+        later = entry()
+        store.put(later, on_failure=failures.append)
+        assert store.flush() and store.get(later.id) is not None
+    finally:
+        store.close()

@@ -92,7 +92,7 @@ class TimelineRecorder:
         self._offset = 0.0
         self._pending: _PendingClip | None = None
         self._writes: set[asyncio.Future[Any]] = set()
-        self._failed = False
+        self._reported = False  # a storage failure was reported (once); writing is still tried
         self._seen_tracks: set[int] = set()
         self._next_scene_pts: float | None = None
         self._replies: dict[int, _Turn] = {}
@@ -119,9 +119,10 @@ class TimelineRecorder:
 
     def _report(self, reason: str) -> None:
         """Any thread: the first storage failure becomes one ``error`` message; later ones are only logged."""
-        if self._failed:
+        if self._reported:
+            log.debug("timeline of %s: %s", self._pipeline.session_id if self._pipeline else "?", reason)
             return
-        self._failed = True
+        self._reported = True
         log.error("timeline of %s: %s", self._pipeline.session_id if self._pipeline else "?", reason)
         if self._loop is not None and self._pipeline is not None and not self._loop.is_closed():
             message = f"{reason}; events are sent live but not stored"
@@ -148,7 +149,7 @@ class TimelineRecorder:
         if self._alerts is not None:
             for name, data, _ in out:
                 self._alerts.on_event(name, data, self.source_name or self._pipeline.session_id)
-        if not self.store.available or self._failed:
+        if not self.store.available:
             return out
         if self.settings.clips:
             self._submit(self._snapshot, ids, frame, objects)
@@ -251,8 +252,8 @@ class TimelineRecorder:
             return
         start = stream_s - self.settings.pre_s
         items = self._packets.since(start) if self.mode == "packets" else self._frames.since(start)
-        if not items:
-            self._media_failed(ids, "no video buffered yet")
+        if not items:  # the stream's first keyframe has not arrived yet: no clip, and nothing wrong with storage
+            self.store.update_media(ids, clip_state="failed", on_failure=self._report)
             return
         clip_start = items[0][0]
         self._pending = _PendingClip(ids, clip_start, stream_s + self.settings.post_s,
