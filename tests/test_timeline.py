@@ -152,8 +152,10 @@ async def test_the_event_api_needs_the_token(vigil, tmp_path: Path):
         assert status == 401
         status, body, _ = await _get(http, f"{server.url}/api/events", headers={"Authorization": "Bearer s3cret"})
         assert status == 200 and json.loads(body) == {"events": [], "next_cursor": None}
-        status, _, _ = await _get(http, f"{server.url}/api/events?limit=0", headers={"Authorization": "Bearer s3cret"})
-        assert status == 400
+        for bad in ("limit=0", "limit=x", "since=yesterday", "kind=bogus", "cursor=1.5"):
+            status, body, _ = await _get(http, f"{server.url}/api/events?{bad}",
+                                         headers={"Authorization": "Bearer s3cret"})
+            assert status == 400 and json.loads(body)["error"]["code"] == "invalid_parameter", bad
 
 
 @pytest.mark.parametrize("failure", ["unusable data dir", "tiny quota"])
@@ -395,8 +397,14 @@ async def test_object_appeared_rules_and_scene_summaries_are_stored(vigil, media
         assert len({s["id"] for s in scenes}) == 6  # pages do not overlap
         assert all(s["data"]["counts"] == {"person": 1} for s in scenes[:3])  # the person is in view at the end
         assert scenes[0]["data"]["tracks"] == [{"id": appeared[0]["data"]["track_id"], "label": "person"}]
-        status, body, _ = await _get(http, f"{server.url}/api/events?name=object.appeared")
+        by_name = f"{server.url}/api/events?name=object.appeared"
+        status, body, _ = await _get(http, by_name)
         assert [e["id"] for e in json.loads(body)["events"]] == [appeared[0]["id"]]
+        stored_at = json.loads(body)["events"][0]["wall_ts"]
+        for window, found in ((f"since={stored_at - 60}&until={stored_at + 60}", True),
+                              (f"since={stored_at + 60}", False), (f"until={stored_at - 60}", False)):
+            events = json.loads((await _get(http, f"{by_name}&{window}"))[1])["events"]
+            assert bool(events) == found, window
 
 
 def test_a_write_failure_is_reported_and_the_writer_recovers(tmp_path: Path):
