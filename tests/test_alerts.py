@@ -168,3 +168,25 @@ async def test_an_alert_due_while_the_user_speaks_waits_for_the_turn_to_end(vigi
                                                          ) as response:
         kinds = [e["kind"] for e in reversed((await response.json())["events"])]
     assert sorted(kinds) == ["alert", "reply", "transcript"], kinds
+
+
+async def test_speaking_over_an_alert_cuts_it_like_a_reply(vigil, slide: Path, tmp_path: Path):
+    analyzers = build_analyzers(load_settings(None, {"voice": VOICE, "models": {"detector": {"backend": "none"}}}))
+    ZoneEntryWhenToldAnalyzerForTest.fire = asyncio.Event()
+    analyzers.video = ZoneEntryWhenToldAnalyzerForTest
+    server = await vigil(analyzers, voice=VOICE, storage={"data_dir": str(tmp_path / "events"), "clips": False})
+    long_alert = {**KITCHEN, "announce": "Attention please: someone has just entered the {zone}, and they are "
+                                         "walking slowly across the room right now, so please take a careful "
+                                         "look at the camera when you have a moment."}
+    video = MediaPlayer(str(slide), loop=True).video
+    async with Call(server.url, video, {"video": {"zones": [long_alert]}}) as call:
+        await asyncio.sleep(1.0)
+        ZoneEntryWhenToldAnalyzerForTest.fire.set()
+        alert_at, alert = await call.wait_for(_alert)
+        async with asyncio.timeout(30):  # until the alert is heard
+            while call.recorder is None or call.recorder.first_loud(since=alert_at) is None:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        call.mic.say(speech("Stop, wait a moment please."))
+        _, barge = await call.wait_for(lambda m: m["type"] == "event" and m["name"] == "barge_in")
+        assert barge["data"]["turn"] == alert["turn"]
+        assert barge["data"]["dropped_audio_ms"] > 1000  # most of the alert was never played
