@@ -8,9 +8,10 @@ Changes must be additive within ``v: 1``.
 from __future__ import annotations
 
 import json
+import string
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 PROTOCOL_VERSION = 1
 
@@ -23,16 +24,45 @@ class _Strict(BaseModel):
 
 
 Point = tuple[Annotated[float, Field(ge=0, le=1)], Annotated[float, Field(ge=0, le=1)]]
+# Fields a spoken-alert template may use: plain names only (no attribute or index access, no format specs).
+ANNOUNCE_FIELDS = frozenset({"zone", "line", "label", "track_id", "direction", "source", "event"})
 
 
-class ZoneConfig(_Strict):
+def _check_announce(template: str | None) -> str | None:
+    if template is None:
+        return None
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as error:
+        raise ValueError(f"announce: {error}") from None
+    for _, field_name, spec, conversion in parts:
+        if field_name is None:
+            continue
+        if field_name not in ANNOUNCE_FIELDS or spec or conversion:
+            raise ValueError(f"announce: '{{{field_name}}}' is not allowed; use {sorted(ANNOUNCE_FIELDS)}")
+    return template
+
+
+class _Announced(BaseModel):
+    announce: str | None = Field(None, min_length=1, max_length=300, description=(
+        "Spoken on the session's reply track when an object enters the zone (crosses the line), e.g. "
+        "'Someone entered the {zone}'. Fields: zone, line, label, track_id, direction, source, event."))
+    announce_cooldown_s: float = Field(30.0, ge=0, le=86400, description="At most one alert per this many seconds.")
+
+    @field_validator("announce")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        return _check_announce(value)
+
+
+class ZoneConfig(_Strict, _Announced):
     """A polygon in normalised image coordinates; objects entering/leaving it raise zone events."""
 
     name: str = Field(min_length=1, max_length=100)
     polygon: list[Point] = Field(min_length=3, max_length=100)
 
 
-class LineConfig(_Strict):
+class LineConfig(_Strict, _Announced):
     """A counting line from ``start`` to ``end`` (normalised); crossings raise line.cross events."""
 
     name: str = Field(min_length=1, max_length=100)
@@ -122,12 +152,24 @@ class Reply(ServerMessage):
     turn: int
     delta: str | None = None
     done: bool = False
+    kind: Literal["answer", "alert"] | None = Field(
+        None, description="'alert': a spoken alert (a zone's or line's announce), not an answer; absent: an answer.")
 
 
 class Event(ServerMessage):
     type: Literal["event"] = "event"
     name: str = Field(description="e.g. source.state, config, zone.enter, barge_in.")
     data: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = Field(None, description="Timeline entry id of a stored event (GET /api/events/{id}).")
+
+
+class Clip(ServerMessage):
+    """An event clip is ready (after ``storage.post_s``); ``pts`` is the clip's start in media time."""
+
+    type: Literal["clip"] = "clip"
+    event_ids: list[str] = Field(description="The stored events this clip covers (later events extend a clip).")
+    duration_s: float
+    url: str = Field(description="GET it for the MP4 (range requests supported); any of event_ids serves it.")
 
 
 class VideoCounts(BaseModel):
@@ -183,7 +225,7 @@ class Pong(ServerMessage):
 
 
 ServerMessageUnion = Annotated[
-    Hello | Detections | Transcript | Reply | Event | Metrics | Error | Pong, Field(discriminator="type")
+    Hello | Detections | Transcript | Reply | Event | Clip | Metrics | Error | Pong, Field(discriminator="type")
 ]
 
 # ---------------------------------------------------------------- client -> server

@@ -92,6 +92,23 @@ class AudioAnalyzer(Protocol):
     async def close(self) -> None: ...
 
 
+class TimelineSink(Protocol):
+    """The seam the timeline recorder (``pipelines.timeline``) plugs into: it stores events, transcripts, replies
+    and scene summaries, keeps recent video and writes event clips; it never blocks."""
+
+    def attach(self, pipeline: SessionPipeline) -> None: ...
+
+    def on_video_frame(self, frame: av.VideoFrame, pts: float) -> None: ...
+
+    def on_analyzed(self, frame: av.VideoFrame, pts: float, objects: list[dict[str, Any]],
+                    events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any], str | None]]:
+        """Every event to send (the analyser's plus the recorder's own), each with its stored id."""
+
+    def on_message(self, message: ServerMessage) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class CountingOnlyVideoAnalyzer:
     """Named seam: analyses nothing, so a session reports only frame counts until a detector is configured."""
 
@@ -194,6 +211,7 @@ class SessionPipeline:
         audio_analyzer: AudioAnalyzer | None = None,
         metrics_interval_s: float = 1.0,
         audio_queue_frames: int = 500,
+        timeline: TimelineSink | None = None,
     ) -> None:
         self.session_id = session_id
         self.origin = origin
@@ -218,6 +236,9 @@ class SessionPipeline:
         self._metrics = telemetry.PipelineMetrics(origin)
         self._video_analyzer.configure(config.video)
         self._audio_analyzer.attach(self)
+        self.timeline = timeline
+        if timeline is not None:
+            timeline.attach(self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -242,6 +263,8 @@ class SessionPipeline:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         await self._audio_analyzer.close()
+        if self.timeline is not None:
+            await self.timeline.close()
         self.send(Metrics, media=self.counts.model_copy(deep=True))
 
     # ------------------------------------------------------------------ messages
@@ -259,6 +282,8 @@ class SessionPipeline:
 
     def emit(self, message: ServerMessage) -> None:
         telemetry.MESSAGES_SENT.labels(type=message.type).inc()  # type: ignore[attr-defined]
+        if self.timeline is not None:
+            self.timeline.on_message(message)
         self._emit(message)
 
     def hello(self) -> None:
@@ -300,6 +325,10 @@ class SessionPipeline:
     # ------------------------------------------------------------------ media in
 
     @property
+    def audio_analyzer(self) -> AudioAnalyzer:
+        return self._audio_analyzer
+
+    @property
     def audio_output(self) -> Any:
         """The reply audio track, when the audio analyser speaks back."""
         return self._audio_analyzer.output_track
@@ -330,6 +359,8 @@ class SessionPipeline:
             self.clock.advance_to(pts)  # type: ignore[attr-defined]
         self.counts.video.frames_in += 1
         self._metrics.frames_in.inc()
+        if self.timeline is not None:
+            self.timeline.on_video_frame(frame, pts)
         if not self._sampler.due(pts):
             return
         self.counts.video.frames_sampled += 1
@@ -385,13 +416,16 @@ class SessionPipeline:
             queue_ms=0.0 if self.clock.virtual else round(queue_ms, 3),
             model=result.model,
         )
-        for name, data in result.events:
+        events: list[tuple[str, dict[str, Any], str | None]] = [(name, data, None) for name, data in result.events]
+        if self.timeline is not None:
+            events = self.timeline.on_analyzed(sampled.frame, pts, result.objects, result.events)
+        for name, data, event_id in events:
             telemetry.SCENE_EVENTS.labels(name=name).inc()
-            self.send(Event, pts=pts, name=name, data=data)
+            self.send(Event, pts=pts, name=name, data=data, id=event_id)
         self.scene.update(
             labels=[o["label"] for o in result.objects], pts=pts, ts=self.clock.now(), model=result.model,
             zone_occupancy=result.zone_occupancy, line_counts=result.line_counts,
-            events=[{"name": name, **data} for name, data in result.events],
+            events=[{"name": name, **data} for name, data, _ in events],
         )
         if not self.clock.virtual:
             self._metrics.end_to_end_ms.observe((time.perf_counter() - sampled.sampled_at) * 1000.0)

@@ -264,12 +264,13 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
+    from server.events_api import event_routes
     from server.openapi import build_openapi
 
     registered = {(route.method, route.resource.canonical) for route in request.app.router.routes()
                   if route.resource is not None}
     documented = [route for route in v1_routes() if (route.method, route.path) in registered]  # as configured
-    return web.json_response(build_openapi([*ROUTES, *documented]))
+    return web.json_response(build_openapi([*ROUTES, *event_routes(), *documented]))
 
 
 # ---------------------------------------------------------------- the route table

@@ -12,6 +12,7 @@ from server.auth import auth_middleware
 from server.config import Settings
 from server.engines import build_analyzers, close_shared_llm
 from server.errors import ApiError, json_errors
+from server.events_api import setup_events_api
 from server.grpc_api.service import setup_grpc
 from server.ice import restrict_host_addresses
 from server.openai_api import setup_openai_api
@@ -45,6 +46,7 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Ap
     app[WEBSOCKETS] = set()
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
+    setup_events_api(app, settings)  # /api/events and the timeline store every session and source records into
     setup_openai_api(app, settings)  # /v1/*: its own ingress (API keys, rate limit) and the chat routes
     app.router.add_get("/", _index)
     if settings.server.web_root.is_dir():

@@ -76,7 +76,8 @@ def _analyze(args: argparse.Namespace) -> int:
             bar.update(seconds - bar.n)
 
     try:
-        state = asyncio.run(analyze_file(args.file, settings, write, build_analyzers(settings), on_progress=progress))
+        state = asyncio.run(analyze_file(args.file, settings, write, build_analyzers(settings), on_progress=progress,
+                                         events_dir=args.events_dir))
     finally:
         bar.close()
         if out is not sys.stdout:
@@ -124,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("-o", "--output", type=Path, help="write JSON lines here (default: stdout)")
     analyze.add_argument("--fps", type=float, help="target analysis FPS")
     analyze.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    analyze.add_argument("--events-dir", type=Path,
+                         help="also store the events with clips and snapshots here (a storage.data_dir)")
     analyze.set_defaults(run=_analyze)
 
     replay = commands.add_parser("replay", help="stream a file into a running server over WebRTC")

@@ -20,7 +20,14 @@ from aiortc.sdp import SessionDescription
 from pipelines.clock import Clock, WallClock
 from pipelines.protocol import ServerMessage, SessionConfig
 from pipelines.serving.ratelimit import InProcessRateLimiter
-from pipelines.session import AudioAnalyzer, SessionPipeline, VideoAnalyzer, handle_client_message, pump_track
+from pipelines.session import (
+    AudioAnalyzer,
+    SessionPipeline,
+    TimelineSink,
+    VideoAnalyzer,
+    handle_client_message,
+    pump_track,
+)
 from server import __version__
 from server.config import Settings
 from server.metrics import SESSIONS
@@ -28,6 +35,9 @@ from server.metrics import SESSIONS
 log = logging.getLogger(__name__)
 
 RESULTS_LABEL = "results"
+
+# Makes a session's or source's timeline recorder, given (origin, name); set by server.events_api.
+TimelineFactory = Callable[[str, str | None], TimelineSink]
 
 
 @dataclass
@@ -43,7 +53,7 @@ class Analyzers:
             await close()
 
     def pipeline(self, settings: Settings, session_id: str, *, origin: str, clock: Clock, emit: Callable[..., None],
-                 config: SessionConfig) -> SessionPipeline:
+                 config: SessionConfig, timeline: TimelineSink | None = None) -> SessionPipeline:
         """A session pipeline with this process's analysers and the configured limits."""
         return SessionPipeline(
             session_id,
@@ -56,6 +66,7 @@ class Analyzers:
             audio_analyzer=self.audio(origin) if self.audio else None,
             metrics_interval_s=settings.sessions.metrics_interval_s,
             audio_queue_frames=settings.sessions.audio_queue_frames,
+            timeline=timeline,
         )
 
 
@@ -156,6 +167,7 @@ class SessionRegistry:
         self.sessions: dict[str, WebRTCSession] = {}
         self._reserved = 0
         self._offer_rate = InProcessRateLimiter()
+        self.timeline: TimelineFactory | None = None
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -210,7 +222,8 @@ class SessionRegistry:
         pc = RTCPeerConnection(self._rtc_configuration())
         holder: dict[str, WebRTCSession] = {}
         pipeline = self.analyzers.pipeline(self.settings, session_id, origin="webrtc", clock=WallClock(),
-                                           emit=lambda message: holder["session"].emit(message), config=config)
+                                           emit=lambda message: holder["session"].emit(message), config=config,
+                                           timeline=self.timeline("webrtc", None) if self.timeline else None)
         session = WebRTCSession(session_id, pc, pipeline, self.settings.webrtc.max_message_bytes)
         holder["session"] = session
 

@@ -17,11 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pipelines.clock import Clock, VirtualClock, WallClock
 from pipelines.protocol import Event, ServerMessage, SessionConfigPatch
 from pipelines.session import SessionPipeline
-from pipelines.sources.container import ContainerSource, ReaderSettings, SourceState
+from pipelines.sources.container import ContainerSource, PacketSink, ReaderSettings, SourceState
 from pipelines.sources.urls import normalize_source_url, redact_url
 from server.config import Settings
 from server.metrics import SOURCE_STATES, SOURCES
-from server.sessions import Analyzers, serialize
+from server.sessions import Analyzers, TimelineFactory, serialize
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +139,7 @@ class SourceManager:
         self.settings = settings
         self.analyzers = analyzers or Analyzers()
         self.sources: dict[str, ManagedSource] = {}
+        self.timeline: TimelineFactory | None = None
 
     def __len__(self) -> int:
         return len(self.sources)
@@ -169,8 +170,10 @@ class SourceManager:
         holder: dict[str, ManagedSource] = {}
         # As-fast-as-possible replay runs on media time, so two runs over one file give identical results.
         clock: Clock = VirtualClock() if kind == "file" and not request.realtime else WallClock()
+        timeline = self.timeline(kind, request.name) if self.timeline else None
         pipeline = self.analyzers.pipeline(self.settings, source_id, origin=kind, clock=clock,
-                                           emit=lambda message: holder["source"].publish(message), config=config)
+                                           emit=lambda message: holder["source"].publish(message), config=config,
+                                           timeline=timeline)
         source = ManagedSource(source_id, kind, shown, request.name, pipeline)
         holder["source"] = source
 
@@ -183,6 +186,7 @@ class SourceManager:
         source.reader = ContainerSource(
             target, pipeline, kind=kind, realtime=request.realtime, loop=request.loop,
             settings=self.reader_settings(), on_state=on_state,
+            packet_sink=timeline if isinstance(timeline, PacketSink) else None,
         )
         self.sources[source_id] = source
         SOURCES.set(len(self.sources))

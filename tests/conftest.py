@@ -41,6 +41,7 @@ class RunningServer:
     url: str
     app: web.Application
     settings: Settings
+    stop: Callable[[], Any] | None = None  # stop it now (e.g. to restart on the same data), not at teardown
 
     @property
     def sessions(self) -> Any:
@@ -55,7 +56,7 @@ ServerFactory = Callable[..., "asyncio.Future[RunningServer]"]
 
 
 @pytest.fixture
-async def vigil(clip_dir: Path) -> AsyncIterator[Callable[..., Any]]:
+async def vigil(clip_dir: Path, tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     """Start a real server: ``await vigil(**overrides)`` -> RunningServer; all are stopped afterwards."""
     runners: list[web.AppRunner] = []
 
@@ -67,6 +68,7 @@ async def vigil(clip_dir: Path) -> AsyncIterator[Callable[..., Any]]:
             "models": {"detector": {"backend": "none"}},  # tests that need a detector ask for one
             "voice": {"enabled": False},  # ... and the voice loop
             "grpc": {"port": 0},  # any free port: tests may run several servers at once
+            "storage": {"data_dir": str(tmp_path / "timeline")},  # each test its own timeline
         }
         for section, values in overrides.items():
             if section == "models":
@@ -82,7 +84,13 @@ async def vigil(clip_dir: Path) -> AsyncIterator[Callable[..., Any]]:
         await site.start()
         runners.append(runner)
         port = runner.addresses[0][1]
-        return RunningServer(f"http://127.0.0.1:{port}", app, settings)
+
+        async def stop() -> None:
+            if runner in runners:
+                runners.remove(runner)
+                await runner.cleanup()
+
+        return RunningServer(f"http://127.0.0.1:{port}", app, settings, stop)
 
     yield start
     for runner in runners:

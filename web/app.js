@@ -8,6 +8,7 @@ import { Api, ApiError } from "./api.js";
 import { BarChart, LineChart } from "./charts.js";
 import { SourceLink, WebRtcLink } from "./links.js";
 import { Overlay } from "./overlay.js";
+import { Timeline } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
 const RECONNECT_DELAYS_S = [1, 2, 4, 8, 8];
@@ -48,6 +49,7 @@ const state = {
 window.vigilState = state;
 
 const api = new Api();
+const timeline = new Timeline(api, state, $("timeline-panel"));
 const overlay = new Overlay($("overlay"), $("video"));
 const turnChart = new BarChart($("turn-chart"), $("turn-legend"), [
   { name: "final transcript", colour: "#60a5fa" },
@@ -463,7 +465,8 @@ function handleMessage(message) {
     case "detections": onDetections(message); break;
     case "transcript": onTranscript(message); break;
     case "reply": onReply(message); break;
-    case "event": onEvent(message); break;
+    case "event": onEvent(message); timeline.onEvent(message); break;
+    case "clip": timeline.onClip(message); break;
     case "metrics": onMetrics(message); break;
     case "error": onServerError(message); break;
     default: break; // protocol v1 is additive: ignore what we do not know
@@ -692,7 +695,7 @@ async function pollStats() {
 setConnection("idle", "");
 listDevices();
 navigator.mediaDevices?.addEventListener?.("devicechange", listDevices);
-checkServer().then((ok) => { if (ok) refreshSources(); });
+checkServer().then((ok) => { if (ok) { refreshSources(); timeline.load(); } });
 setInterval(() => { if (!$("token-dialog").open) checkServer(); }, HEALTH_POLL_MS);
 setInterval(() => { if (!$("pane-server").hidden) refreshSources(); }, SOURCES_POLL_MS);
 setInterval(() => { pollStats().catch(() => {}); }, STATS_POLL_MS);

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import av
 
@@ -60,6 +60,17 @@ def is_permanent(error: BaseException) -> bool:
     if isinstance(error, av.error.FFmpegError):
         return isinstance(error, PERMANENT_FFMPEG_ERRORS)
     return isinstance(error, ValueError)
+
+
+@runtime_checkable
+class PacketSink(Protocol):
+    """Receives the video stream's encoded packets on the reader thread (the timeline's ring buffer)."""
+
+    def stream_opened(self, stream: av.VideoStream, offset: float) -> None: ...
+
+    def packet(self, packet: av.Packet) -> None: ...
+
+    def stream_ended(self) -> None: ...
 
 
 class _Stopped(Exception):
@@ -109,6 +120,7 @@ class ContainerSource:
         settings: ReaderSettings | None = None,
         on_state: StateCallback | None = None,
         on_progress: Callable[[float, float | None], None] | None = None,
+        packet_sink: PacketSink | None = None,
     ) -> None:
         self.location = location  # as FFmpeg gets it: may hold a password, so never shown or logged
         self.shown = redact_url(location)
@@ -122,6 +134,7 @@ class ContainerSource:
         self._pipeline = pipeline
         self._on_state = on_state
         self._on_progress = on_progress
+        self._packet_sink = packet_sink
         self._stop = threading.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -232,8 +245,13 @@ class ContainerSource:
         wall_start: float | None = None
         media_start: float | None = None
         reached = offset
+        sink = self._packet_sink if container.streams.video else None
+        if sink is not None:
+            sink.stream_opened(container.streams.video[0], offset)
         try:
             for packet in container.demux(*streams):
+                if sink is not None and packet.stream.type == "video":
+                    sink.packet(packet)
                 for frame in packet.decode():
                     if self._stop.is_set():
                         raise _Stopped
@@ -254,6 +272,8 @@ class ContainerSource:
                     if self._on_progress is not None and seconds is not None:
                         self._on_progress(seconds, duration)
         finally:
+            if sink is not None:
+                sink.stream_ended()
             container.close()
         return reached + 1e-3
 

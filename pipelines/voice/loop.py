@@ -194,6 +194,22 @@ class VoiceLoop:
         self._replying = turn
         self._reply_task = asyncio.create_task(self._reply(turn, text, None), name="voice:reply")
 
+    def announce(self, text: str) -> None:
+        """Speak an alert now, as a reply of kind ``alert`` (``pipelines.timeline.alerts`` waits until ``idle``,
+        so it never talks over the user). Barge-in cuts it like a reply; the next answer's history has it."""
+        self._turn_count += 1
+        turn = _Turn(self._turn_count, reported=True)  # no user turn: no turn metrics
+
+        async def speak() -> None:
+            self._send(Reply, turn=turn.number, delta=text, kind="alert")
+            try:
+                await self._speak(turn, text)
+            finally:
+                self._send(Reply, turn=turn.number, done=True, kind="alert")
+                self._memory.append(ChatMessage("assistant", text))
+
+        self._replying, self._reply_task = turn, asyncio.create_task(speak(), name="voice:alert")
+
     @property
     def idle(self) -> bool:
         """No user turn in progress and no reply being generated or played."""

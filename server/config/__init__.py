@@ -38,17 +38,18 @@ from server.config.server import ServerSettings
 from server.config.sessions import SessionLimits
 from server.config.sources import SourcesSettings
 from server.config.speech import SpeechSettings
+from server.config.storage import AppearRule, StorageSettings
 from server.config.transcription import TranscriptionSettings
 from server.config.video import VideoSettings
 from server.config.voice import VoiceSettings
 from server.config.webrtc import IceServer, WebRTCSettings
 
 __all__ = [
-    "DEFAULT_SYSTEM_TEMPLATE", "REPO_ROOT", "ApiKey", "ApiSettings", "AuthSettings", "ConfigError", "DetectorModel",
-    "GrpcSettings", "IceServer", "LlmModel", "LlmRouting", "LlmUpstream", "ModelsSettings", "RateLimit",
-    "RedisSettings", "Section", "ServerSettings", "SessionLimits", "Settings", "SourcesSettings", "SpeechSettings",
-    "SttModel", "TranscriptionSettings", "TtsModel", "VideoSettings", "VoiceSettings", "WebRTCSettings",
-    "load_settings",
+    "DEFAULT_SYSTEM_TEMPLATE", "REPO_ROOT", "ApiKey", "ApiSettings", "AppearRule", "AuthSettings", "ConfigError",
+    "DetectorModel", "GrpcSettings", "IceServer", "LlmModel", "LlmRouting", "LlmUpstream", "ModelsSettings",
+    "RateLimit", "RedisSettings", "Section", "ServerSettings", "SessionLimits", "Settings", "SourcesSettings",
+    "SpeechSettings", "StorageSettings", "SttModel", "TranscriptionSettings", "TtsModel", "VideoSettings",
+    "VoiceSettings", "WebRTCSettings", "load_settings",
 ]
 
 
@@ -70,6 +71,7 @@ class Settings(BaseSettings):
     transcription: TranscriptionSettings = TranscriptionSettings()
     speech: SpeechSettings = SpeechSettings()
     grpc: GrpcSettings = GrpcSettings()
+    storage: StorageSettings = StorageSettings()
 
     @field_validator("sources")
     @classmethod

@@ -109,8 +109,10 @@ def slideshow(path: Path, segments: list[tuple[str, float]], fps: int = 10, size
     return write_video(path, pictures, fps)
 
 
-def sliding_person(path: Path, seconds: float = 6.0, fps: int = 10, size: tuple[int, int] = (960, 480)) -> Path:
-    """One person (cut from zidane.jpg) moving left to right across a plain background at constant speed."""
+def sliding_person(path: Path, seconds: float = 6.0, fps: int = 10, size: tuple[int, int] = (960, 480),
+                   options: dict[str, str] | None = None) -> Path:
+    """One person (cut from zidane.jpg) moving left to right across a plain background at constant speed;
+    ``options``: the H.264 encoder's (e.g. a short GOP)."""
     width, height = size
     person = real_image("zidane")[60:720, 700:1130]  # the man on the right, head to knees
     scale = (height - 40) / person.shape[0]
@@ -124,4 +126,4 @@ def sliding_person(path: Path, seconds: float = 6.0, fps: int = 10, size: tuple[
         x = int((width - person.shape[1]) * index / (frames - 1))
         canvas[20: 20 + person.shape[0], x: x + person.shape[1]] = person
         pictures.append(canvas)
-    return write_video(path, pictures, fps)
+    return write_video(path, pictures, fps, options=options)

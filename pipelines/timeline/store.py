@@ -1,0 +1,440 @@
+"""The persisted timeline: one SQLite database (WAL) under the data dir, written by one writer thread.
+
+Producers (the media loops) only ``put_nowait`` into a bounded queue: a full queue drops the entry (counted) and
+never blocks. The writer commits what is queued in one transaction per batch. Reads (REST) use their own
+connection on a worker thread; WAL lets them run beside the writer. A write that fails (disk full, read-only
+disk) is reported to the entry's ``on_failure`` callback; the media loops keep sending events live.
+
+Clips and snapshots are files under ``clips/`` and ``snapshots/``, named by entry id; the table holds their
+paths relative to the data dir. Retention deletes entries older than ``max_age_s`` and, while clips and
+snapshots exceed ``quota_bytes``, the oldest clips first (their entries stay, without a clip).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import queue
+import re
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+EntryKind = Literal["event", "transcript", "reply", "scene", "alert"]
+ENTRY_KINDS: tuple[str, ...] = ("event", "transcript", "reply", "scene", "alert")
+_ID = re.compile(r"^[0-9a-f]{16}$")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    source TEXT NOT NULL,      -- the session or source id
+    origin TEXT NOT NULL,      -- webrtc | rtsp | file | analyze
+    source_name TEXT,
+    wall_ts REAL NOT NULL,     -- seconds since the epoch
+    pts REAL,                  -- media time, seconds since the stream's first frame
+    text TEXT,                 -- transcripts, replies, alerts
+    data TEXT NOT NULL,        -- JSON object
+    clip TEXT,                 -- relative path of the MP4, NULL until ready (or deleted by retention)
+    clip_state TEXT NOT NULL DEFAULT 'none',  -- none | pending | ready | failed | deleted
+    clip_start_pts REAL,
+    clip_duration_s REAL,
+    snapshot TEXT              -- relative path of the JPEG
+);
+CREATE INDEX IF NOT EXISTS entries_by_time ON entries (wall_ts, seq);
+CREATE INDEX IF NOT EXISTS entries_by_source ON entries (source, seq);
+CREATE INDEX IF NOT EXISTS entries_by_clip ON entries (clip);
+"""
+
+
+def new_entry_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def valid_entry_id(value: str) -> bool:
+    return bool(_ID.match(value))
+
+
+@dataclass(slots=True)
+class TimelineEntry:
+    kind: EntryKind
+    name: str  # e.g. zone.enter, line.cross, object.appeared, scene, transcript, reply, alert
+    source: str
+    origin: str
+    wall_ts: float
+    pts: float | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    text: str | None = None
+    source_name: str | None = None
+    id: str = field(default_factory=new_entry_id)
+    clip_state: str = "none"
+    clip: str | None = None
+    clip_start_pts: float | None = None
+    clip_duration_s: float | None = None
+    snapshot: str | None = None
+    seq: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "kind": self.kind, "name": self.name, "source": self.source, "origin": self.origin,
+            "source_name": self.source_name, "wall_ts": self.wall_ts, "pts": self.pts, "text": self.text,
+            "data": self.data, "clip_state": self.clip_state, "has_clip": self.clip is not None,
+            "has_snapshot": self.snapshot is not None, "clip_start_pts": self.clip_start_pts,
+            "clip_duration_s": self.clip_duration_s,
+        }
+
+
+@dataclass(slots=True)
+class _MediaUpdate:
+    ids: list[str]
+    clip: str | None = None
+    clip_state: str | None = None
+    clip_start_pts: float | None = None
+    clip_duration_s: float | None = None
+    snapshot: str | None = None
+    on_committed: Callable[[], None] | None = None  # called on the writer thread once the update is committed
+
+
+FailureCallback = Callable[[str], None]
+
+
+class _Retention:
+    """Queue marker: run retention now (after a clip was written)."""
+
+
+_Item = tuple[TimelineEntry | _MediaUpdate | _Retention, FailureCallback | None]
+
+
+def _row_entry(row: sqlite3.Row) -> TimelineEntry:
+    return TimelineEntry(
+        kind=row["kind"], name=row["name"], source=row["source"], origin=row["origin"], wall_ts=row["wall_ts"],
+        pts=row["pts"], data=json.loads(row["data"]), text=row["text"], source_name=row["source_name"],
+        id=row["id"], clip_state=row["clip_state"], clip=row["clip"], clip_start_pts=row["clip_start_pts"],
+        clip_duration_s=row["clip_duration_s"], snapshot=row["snapshot"], seq=row["seq"],
+    )
+
+
+class StorageUnavailable(Exception):
+    pass
+
+
+class TimelineStore:
+    """The timeline of every session and source. ``put`` never blocks; reads are blocking (call them on a
+    thread). ``open()`` creates the data dir; when it cannot (read-only disk), ``available`` is False and every
+    ``put`` reports its failure instead."""
+
+    def __init__(self, data_dir: Path, *, max_age_s: float, quota_bytes: int, queue_entries: int = 10_000,
+                 batch_entries: int = 200, retention_interval_s: float = 60.0) -> None:
+        self.data_dir = data_dir
+        self.max_age_s = max_age_s
+        self.quota_bytes = quota_bytes
+        self.batch_entries = batch_entries
+        self.retention_interval_s = retention_interval_s
+        self.dropped = 0  # entries refused because the queue was full
+        self.open_error: str | None = None
+        self._queue: queue.Queue[_Item | None] = queue.Queue(queue_entries)
+        self._writer: threading.Thread | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None
+        self._retention_lock = threading.Lock()
+        self._idle = threading.Condition()
+        self._pending = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def available(self) -> bool:
+        return self._conn is not None
+
+    @property
+    def root(self) -> Path:
+        return self.data_dir.resolve()
+
+    def open(self) -> None:
+        try:
+            for sub in ("", "clips", "snapshots"):
+                (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
+            self._conn = self._connect()
+            self._conn.executescript(_SCHEMA)
+            self._reader = self._connect()
+        except (OSError, sqlite3.Error) as error:
+            self.open_error = f"timeline storage unavailable ({self.data_dir}): {error}"
+            log.error("%s; events are sent live only", self.open_error)
+            self._conn = None
+            return
+        self._writer = threading.Thread(target=self._write_loop, name="vigil-timeline-writer", daemon=True)
+        self._writer.start()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.data_dir / "timeline.db", isolation_level=None, check_same_thread=False,
+                               timeout=30)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a power cut may lose the last batch, never corrupt
+        return conn
+
+    def close(self) -> None:
+        """Write what is queued, then stop (blocking)."""
+        if self._writer is not None:
+            self._queue.put(None)
+            self._writer.join(timeout=30)
+            self._writer = None
+        for conn in (self._conn, self._reader):
+            if conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+        self._conn = self._reader = None
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything queued so far is committed (tests, shutdown)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+    # ------------------------------------------------------------------ writes (never block)
+
+    def put(self, entry: TimelineEntry, on_failure: FailureCallback | None = None) -> bool:
+        return self._offer((entry, on_failure))
+
+    def update_media(self, ids: list[str], *, on_failure: FailureCallback | None = None,
+                     on_committed: Callable[[], None] | None = None, **fields: Any) -> bool:
+        """Set clip/snapshot fields of stored entries; ``on_committed`` runs (writer thread) once they are
+        visible to readers."""
+        return self._offer((_MediaUpdate(list(ids), on_committed=on_committed, **fields), on_failure))
+
+    def request_retention(self) -> None:
+        """Run retention on the writer thread soon (e.g. after a clip was written)."""
+        self._offer((_Retention(), None))
+
+    def _offer(self, item: _Item) -> bool:
+        if self._conn is None:
+            if item[1] is not None and self.open_error is not None:  # never opened: storage is off, say nothing
+                item[1](self.open_error)
+            return False
+        with self._idle:
+            self._pending += 1
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
+            self.dropped += 1
+            if item[1] is not None:
+                item[1]("timeline write queue full: entries are being dropped")
+            return False
+        return True
+
+    def _write_loop(self) -> None:
+        last_retention = 0.0
+        while True:
+            try:
+                first = self._queue.get(timeout=self.retention_interval_s)
+            except queue.Empty:
+                first = ...
+            stop = first is None
+            batch: list[_Item] = [first] if isinstance(first, tuple) else []
+            while not stop and len(batch) < self.batch_entries:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                else:
+                    batch.append(item)
+            retention_due = any(isinstance(item, _Retention) for item, _ in batch)
+            if batch:
+                self._commit([(item, cb) for item, cb in batch if not isinstance(item, _Retention)])
+            if retention_due or time.monotonic() - last_retention >= self.retention_interval_s:
+                last_retention = time.monotonic()
+                self.enforce_retention()
+            if batch:
+                with self._idle:
+                    self._pending -= len(batch)
+                    self._idle.notify_all()
+            if stop:
+                return
+
+    def _commit(self, batch: list[_Item]) -> None:
+        assert self._conn is not None
+        try:
+            with _transaction(self._conn):
+                for item, _ in batch:
+                    if isinstance(item, TimelineEntry):
+                        self._insert(item)
+                    elif isinstance(item, _MediaUpdate):
+                        self._update(item)
+        except sqlite3.Error as error:
+            log.error("timeline write failed: %s", error)
+            for callback in dict.fromkeys(cb for _, cb in batch if cb is not None):
+                callback(f"timeline write failed: {error}")
+            return
+        for item, _ in batch:
+            if isinstance(item, _MediaUpdate) and item.on_committed is not None:
+                try:
+                    item.on_committed()
+                except Exception:
+                    log.exception("timeline commit callback failed")
+
+    def _insert(self, e: TimelineEntry) -> None:
+        assert self._conn is not None
+        self._conn.execute(
+            "INSERT INTO entries (id, kind, name, source, origin, source_name, wall_ts, pts, text, data, clip,"
+            " clip_state, clip_start_pts, clip_duration_s, snapshot) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (e.id, e.kind, e.name, e.source, e.origin, e.source_name, e.wall_ts, e.pts, e.text,
+             json.dumps(e.data, default=str), e.clip, e.clip_state, e.clip_start_pts, e.clip_duration_s,
+             e.snapshot),
+        )
+
+    def _update(self, u: _MediaUpdate) -> None:
+        assert self._conn is not None
+        values = {k: getattr(u, k) for k in ("clip", "clip_state", "clip_start_pts", "clip_duration_s", "snapshot")
+                  if getattr(u, k) is not None}
+        if not values:
+            return
+        assignments = ", ".join(f"{column} = ?" for column in values)
+        self._conn.executemany(f"UPDATE entries SET {assignments} WHERE id = ?",
+                               [(*values.values(), entry_id) for entry_id in u.ids])
+
+    # ------------------------------------------------------------------ reads (blocking: call on a thread)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        if self._reader is None:
+            raise StorageUnavailable(self.open_error or "timeline storage is not open")
+        with self._read_lock:
+            yield self._reader
+
+    def query(self, *, source: str | None = None, name: str | None = None, kinds: tuple[str, ...] = ("event",),
+              since: float | None = None, until: float | None = None, before_seq: int | None = None,
+              limit: int = 50) -> list[TimelineEntry]:
+        """Newest first; ``before_seq`` is the paging cursor (the last page's smallest ``seq``)."""
+        where, args = [f"kind IN ({','.join('?' * len(kinds))})"], list(kinds)
+        for clause, value in (("source = ?", source), ("name = ?", name), ("wall_ts >= ?", since),
+                              ("wall_ts < ?", until), ("seq < ?", before_seq)):
+            if value is not None:
+                where.append(clause)
+                args.append(value)
+        with self._reading() as conn:
+            rows = conn.execute(f"SELECT * FROM entries WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
+                                (*args, limit)).fetchall()
+        return [_row_entry(row) for row in rows]
+
+    def get(self, entry_id: str) -> TimelineEntry | None:
+        if not valid_entry_id(entry_id):
+            return None
+        with self._reading() as conn:
+            row = conn.execute("SELECT * FROM entries WHERE id = ?", (entry_id,)).fetchone()
+        return _row_entry(row) if row is not None else None
+
+    def media_path(self, relative: str | None) -> Path | None:
+        """The file a stored relative path names, only if it lies inside the data dir."""
+        if not relative:
+            return None
+        path = (self.root / relative).resolve()
+        if not path.is_relative_to(self.root) or not path.is_file():
+            return None
+        return path
+
+    def delete(self, entry_id: str) -> bool:
+        """Delete an entry, its snapshot, and its clip once no other entry uses it (blocking)."""
+        entry = self.get(entry_id)
+        if entry is None:
+            return False
+        # On the reader's connection (not the writer's): SQLite serialises the two writers itself.
+        with self._retention_lock, self._reading() as conn, _transaction(conn):
+            conn.execute("DELETE FROM entries WHERE id = ?", (entry_id,))
+            still_used = entry.clip is not None and conn.execute(
+                "SELECT 1 FROM entries WHERE clip = ? LIMIT 1", (entry.clip,)).fetchone() is not None
+        for relative in (entry.snapshot, None if still_used else entry.clip):
+            self._unlink(relative)
+        return True
+
+    # ------------------------------------------------------------------ retention (writer thread or tests)
+
+    def disk_usage(self) -> int:
+        total = 0
+        for sub in ("clips", "snapshots"):
+            for dirpath, _, files in os.walk(self.data_dir / sub):
+                for name in files:
+                    with contextlib.suppress(OSError):
+                        total += os.stat(os.path.join(dirpath, name)).st_size
+        return total
+
+    def enforce_retention(self, now: float | None = None) -> None:
+        """Delete entries past their age, then the oldest clips (and snapshots) until under the quota."""
+        if self._conn is None:
+            return
+        cutoff = (now if now is not None else time.time()) - self.max_age_s
+        try:
+            with self._retention_lock:
+                old = self._conn.execute("SELECT clip, snapshot FROM entries WHERE wall_ts < ?", (cutoff,)).fetchall()
+                with _transaction(self._conn):
+                    self._conn.execute("DELETE FROM entries WHERE wall_ts < ?", (cutoff,))
+                for row in old:
+                    self._unlink(row["snapshot"])
+                    if row["clip"] and self._conn.execute("SELECT 1 FROM entries WHERE clip = ? LIMIT 1",
+                                                          (row["clip"],)).fetchone() is None:
+                        self._unlink(row["clip"])
+                self._enforce_quota()
+        except sqlite3.Error as error:
+            log.error("timeline retention failed: %s", error)
+
+    def _enforce_quota(self) -> None:
+        assert self._conn is not None
+        usage = self.disk_usage()
+        if usage <= self.quota_bytes:
+            return
+        # Oldest clips first (by the first entry that uses each), then the oldest snapshots.
+        clips = self._conn.execute("SELECT clip, min(seq) AS first FROM entries WHERE clip IS NOT NULL"
+                                   " GROUP BY clip ORDER BY first").fetchall()
+        for row in clips:
+            if usage <= self.quota_bytes:
+                return
+            usage -= self._unlink(row["clip"])
+            with _transaction(self._conn):
+                self._conn.execute("UPDATE entries SET clip = NULL, clip_state = 'deleted' WHERE clip = ?",
+                                   (row["clip"],))
+        snapshots = self._conn.execute("SELECT id, snapshot FROM entries WHERE snapshot IS NOT NULL ORDER BY seq")
+        for row in snapshots.fetchall():
+            if usage <= self.quota_bytes:
+                return
+            usage -= self._unlink(row["snapshot"])
+            with _transaction(self._conn):
+                self._conn.execute("UPDATE entries SET snapshot = NULL WHERE id = ?", (row["id"],))
+
+    def _unlink(self, relative: str | None) -> int:
+        if not relative:
+            return 0
+        path = (self.root / relative).resolve()
+        if not path.is_relative_to(self.root):
+            return 0
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except OSError:
+            return 0
+        return size
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

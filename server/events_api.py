@@ -1,0 +1,209 @@
+"""``/api/events``: the persisted timeline, event clips (range requests) and snapshots; and the wiring that gives
+every session and source its timeline recorder (``storage`` config)."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
+
+from aiohttp import web
+from pydantic import BaseModel, Field
+
+from pipelines.timeline.recorder import AppearRule, RecorderSettings, TimelineRecorder
+from pipelines.timeline.store import ENTRY_KINDS, StorageUnavailable, TimelineEntry, TimelineStore
+from server.config import Settings
+from server.errors import ApiError
+from server.state import SESSIONS, SOURCES
+
+TIMELINE = web.AppKey("timeline", TimelineStore)
+MAX_PAGE = 500
+
+
+class EventInfo(BaseModel):
+    id: str
+    kind: Literal["event", "transcript", "reply", "scene", "alert"]
+    name: str = Field(description="zone.enter, zone.exit, line.cross, object.appeared, transcript, reply, ...")
+    source: str = Field(description="The session or source id.")
+    origin: str
+    source_name: str | None
+    wall_ts: float = Field(description="Seconds since the epoch.")
+    pts: float | None = Field(description="Media time (seconds since the stream's first frame).")
+    text: str | None
+    data: dict[str, Any]
+    clip_state: str = Field(description="none | pending | ready | failed | deleted (by retention)")
+    has_clip: bool
+    has_snapshot: bool
+    clip_start_pts: float | None
+    clip_duration_s: float | None
+    clip_url: str | None = None
+    snapshot_url: str | None = None
+
+
+class EventList(BaseModel):
+    events: list[EventInfo]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next (older) page; null at the end.")
+
+
+def _info(entry: TimelineEntry) -> EventInfo:
+    info = EventInfo.model_validate(entry.as_dict())
+    if entry.clip:
+        info.clip_url = f"/api/events/{entry.id}/clip.mp4"
+    if entry.snapshot:
+        info.snapshot_url = f"/api/events/{entry.id}/snapshot.jpg"
+    return info
+
+
+def _store(request: web.Request) -> TimelineStore:
+    store = request.app.get(TIMELINE)
+    if store is None:
+        raise ApiError(404, "not_found", "the timeline is off (storage.enabled: false)")
+    if not store.available:
+        raise ApiError(503, "storage_unavailable", store.open_error or "timeline storage unavailable")
+    return store
+
+
+def _float(request: web.Request, name: str) -> float | None:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ApiError(400, "invalid_parameter", f"{name} must be a number (seconds since the epoch)") from None
+
+
+async def _blocking(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    except StorageUnavailable as error:
+        raise ApiError(503, "storage_unavailable", str(error)) from None
+
+
+async def list_events(request: web.Request) -> web.Response:
+    store = _store(request)
+    query = request.query
+    try:
+        limit = int(query.get("limit", "50"))
+        cursor = int(query["cursor"]) if query.get("cursor") else None
+    except ValueError:
+        raise ApiError(400, "invalid_parameter", "limit and cursor must be integers") from None
+    if not 1 <= limit <= MAX_PAGE:
+        raise ApiError(400, "invalid_parameter", f"limit must be 1..{MAX_PAGE}")
+    kinds = tuple(k for k in query.get("kind", "event,alert").split(",") if k)
+    if not kinds or any(k not in ENTRY_KINDS for k in kinds):
+        raise ApiError(400, "invalid_parameter", f"kind must be a comma-separated list of {', '.join(ENTRY_KINDS)}")
+    source = query.get("source") or query.get("session") or None
+    entries = await _blocking(store.query, source=source, name=query.get("name") or None, kinds=kinds,
+                              since=_float(request, "since"), until=_float(request, "until"), before_seq=cursor,
+                              limit=limit)
+    next_cursor = str(entries[-1].seq) if len(entries) == limit else None
+    return web.json_response(text=EventList(events=[_info(e) for e in entries], next_cursor=next_cursor)
+                             .model_dump_json())
+
+
+async def _entry_or_404(request: web.Request) -> tuple[TimelineStore, TimelineEntry]:
+    store = _store(request)
+    entry = await _blocking(store.get, request.match_info["event_id"])
+    if entry is None:
+        raise ApiError(404, "not_found", "no such event")
+    return store, entry
+
+
+async def get_event(request: web.Request) -> web.Response:
+    _, entry = await _entry_or_404(request)
+    return web.json_response(text=_info(entry).model_dump_json())
+
+
+async def _file(request: web.Request, which: Literal["clip", "snapshot"], content_type: str) -> web.FileResponse:
+    store, entry = await _entry_or_404(request)
+    path = await asyncio.to_thread(store.media_path, entry.clip if which == "clip" else entry.snapshot)
+    if path is None:
+        state = f" (clip {entry.clip_state})" if which == "clip" else ""
+        raise ApiError(404, "not_found", f"this event has no {which}{state}")
+    # FileResponse answers Range requests (206 with the requested bytes), so a browser can seek in the clip.
+    return web.FileResponse(path, headers={"Content-Type": content_type, "Cache-Control": "private, max-age=3600"})
+
+
+async def get_event_clip(request: web.Request) -> web.FileResponse:
+    return await _file(request, "clip", "video/mp4")
+
+
+async def get_event_snapshot(request: web.Request) -> web.FileResponse:
+    return await _file(request, "snapshot", "image/jpeg")
+
+
+async def delete_event(request: web.Request) -> web.Response:
+    store, entry = await _entry_or_404(request)
+    await _blocking(store.delete, entry.id)
+    return web.Response(status=204)
+
+
+def event_routes() -> tuple[Any, ...]:
+    from server.api import Route
+
+    one = "/api/events/{event_id}"
+    return (
+        Route("GET", "/api/events", list_events,
+              "The timeline, newest first (?source=&session=&name=&kind=&since=&until=&limit=&cursor=)",
+              response=EventList, errors=(400, 401, 404, 503)),
+        Route("GET", one, get_event, "One stored event", response=EventInfo, errors=(401, 404, 503)),
+        Route("GET", one + "/clip.mp4", get_event_clip, "The event's MP4 clip (HTTP range requests: 206)",
+              errors=(401, 404, 416, 503), content_type="video/mp4"),
+        Route("GET", one + "/snapshot.jpg", get_event_snapshot, "The event frame with its boxes drawn (JPEG)",
+              errors=(401, 404, 503), content_type="image/jpeg"),
+        Route("DELETE", one, delete_event, "Delete a stored event, its snapshot and (unless shared) its clip",
+              status=204, errors=(401, 404, 503)),
+    )
+
+
+# ---------------------------------------------------------------- wiring
+
+
+def open_timeline(settings: Settings) -> TimelineStore:
+    """The store the config describes, opened (blocking). When the data dir is unusable it stays closed and
+    sessions run live-only (each reports it once)."""
+    config = settings.storage
+    store = TimelineStore(config.data_dir, max_age_s=config.retention_days * 86400, quota_bytes=config.quota_bytes,
+                          queue_entries=config.queue_entries, batch_entries=config.batch_entries,
+                          retention_interval_s=config.retention_interval_s)
+    store.open()
+    return store
+
+
+def recorder_factory(settings: Settings, store: TimelineStore, executor: ThreadPoolExecutor):
+    config = settings.storage
+    recorder_settings = RecorderSettings(
+        clips=config.clips and config.enabled, pre_s=config.pre_s, post_s=config.post_s, max_s=config.max_s,
+        clip_fps=config.clip_fps,        scene_interval_s=config.scene_interval_s, quota_bytes=config.quota_bytes,
+        appear=tuple(AppearRule(rule.label, rule.min_conf) for rule in config.appear),
+    )
+
+    def make(origin: str, name: str | None) -> TimelineRecorder:
+        mode = "packets" if origin in ("rtsp", "file") else "frames"
+        return TimelineRecorder(store, recorder_settings, executor, mode=mode, source_name=name)
+
+    return make
+
+
+def setup_events_api(app: web.Application, settings: Settings) -> None:
+    """Open the timeline store and give every new session and source a recorder (alerts and 'object appeared'
+    events work with storage off too); register /api/events."""
+    for route in event_routes():
+        app.router.add_route(route.method, route.path, route.handler)
+    executor = ThreadPoolExecutor(2, thread_name_prefix="vigil-clips")
+    if settings.storage.enabled:
+        store = open_timeline(settings)
+        app[TIMELINE] = store
+    else:  # never opened: nothing is stored, but recorders still raise 'object appeared' events and alerts
+        store = TimelineStore(settings.storage.data_dir, max_age_s=0, quota_bytes=0)
+    factory = recorder_factory(settings, store, executor)
+    app[SESSIONS].timeline = factory
+    app[SOURCES].timeline = factory
+
+    async def close(app: web.Application) -> None:
+        # After sessions and sources closed (on_shutdown): their last clips are written by now.
+        await asyncio.to_thread(executor.shutdown, True)
+        await asyncio.to_thread(store.close)
+
+    app.on_cleanup.append(close)
