@@ -1,4 +1,4 @@
-"""The ``vigil`` command: serve, config show, analyze, replay, transcribe, export-detector."""
+"""The ``vigil`` command: serve, config show, analyze, replay, transcribe, export-detector, drain."""
 
 from __future__ import annotations
 
@@ -110,6 +110,27 @@ def _export_detector(args: argparse.Namespace) -> int:
     return 0
 
 
+def _drain(args: argparse.Namespace) -> int:
+    """Ask a running cluster node to hand its sources over to the others (then it can be stopped)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"{args.url.rstrip('/')}/api/cluster/drain", method="POST", data=b"")
+    if args.token:
+        request.add_header("Authorization", f"Bearer {args.token}")
+    try:
+        with urllib.request.urlopen(request, timeout=args.timeout) as response:
+            result = json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        print(f"vigil drain: {error.code} {error.read().decode(errors='replace')}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"vigil drain: cannot reach {args.url}: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(result))
+    return 0 if not result.get("not_taken") else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vigil", description="Real-time multimodal stream analysis server.")
     parser.add_argument("--version", action="version", version=f"vigil {__version__}")
@@ -157,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--max-batch", type=int, default=16, help="Triton max_batch_size (default 16)")
     export.add_argument("--cpu", action="store_true", help="instance_group KIND_CPU instead of KIND_GPU")
     export.set_defaults(run=_export_detector)
+
+    drain = commands.add_parser("drain", help="hand a cluster node's sources over to the other nodes")
+    drain.add_argument("--url", required=True, help="the node's base URL, e.g. http://10.0.0.5:8080")
+    drain.add_argument("--token", help="auth token, if the node needs one")
+    drain.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the hand-over")
+    drain.set_defaults(run=_drain)
 
     add_transcribe_command(commands, _add_config_arg)  # vigil transcribe FILE...
     return parser
