@@ -154,13 +154,13 @@ class ClusterNode:
         sources = self.app[SOURCES]
         # 1. Our leases: renew; re-assert after an outage; a lease another node holds means that node runs it.
         for source_id, spec in list(self.local_specs.items()):
-            if rejoined:
-                await self.redis.hsetnx(self._key("sources"), source_id, json.dumps(spec))
             renewed = await self.redis.eval(_RENEW, 1, self._key("lease", source_id), self.node_id, self._ms)
             if not renewed and not await self.redis.set(self._key("lease", source_id), self.node_id, nx=True,
                                                         px=self._ms):
                 log.warning("cluster: source %s is now held by another node: stopping it here", source_id)
                 await self._stop_local(source_id)
+            elif rejoined:  # lease first, then the spec: no other node can see it unleased in between
+                await self.redis.hsetnx(self._key("sources"), source_id, json.dumps(spec))
         if rejoined:
             log.info("cluster: node %s joined via Redis (%d sources here)", self.node_id, len(self.local_specs))
         self.connected = True

@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from tests.support.browser import VigilProcess
+from tests.support.cluster import get_json, node_config, owner_of, results_flow
 from tests.support.redis_server import RedisServer
 from tests.support.rtsp import RtspCamera
 
@@ -40,25 +41,14 @@ def camera() -> Iterator[RtspCamera]:
         yield cam
 
 
-def _node_config(redis: RedisServer, name: str, media_root: Path) -> dict[str, Any]:
-    return {
-        "cluster": {"redis_url": redis.url, "node_id": name, "heartbeat_s": HEARTBEAT_S, "lease_s": LEASE_S,
-                    "node_ttl_s": LEASE_S},
-        "models": {"detector": {"backend": "none"}},
-        "voice": {"enabled": False},
-        "sources": {"media_root": str(media_root), "reconnect_initial_s": 0.2, "reconnect_max_s": RECONNECT_MAX_S},
-        "sessions": {"metrics_interval_s": 0.25},
-        "webrtc": {"host_addresses": ["127.0.0.1"]},
-        "grpc": {"port": 0},
-    }
-
-
 @pytest.fixture
 async def start_nodes(redis: RedisServer, tmp_path: Path) -> AsyncIterator[Any]:
     started: list[VigilProcess] = []
 
     async def start(*names: str) -> list[VigilProcess]:
-        nodes = [VigilProcess(tmp_path, _node_config(redis, name, tmp_path)) for name in names]
+        nodes = [VigilProcess(tmp_path, node_config(redis.url, name, tmp_path, heartbeat_s=HEARTBEAT_S,
+                                                    lease_s=LEASE_S, reconnect_max_s=RECONNECT_MAX_S))
+                 for name in names]
         await asyncio.gather(*(asyncio.to_thread(node.start) for node in nodes))
         started.extend(nodes)
         return nodes
@@ -68,48 +58,10 @@ async def start_nodes(redis: RedisServer, tmp_path: Path) -> AsyncIterator[Any]:
         node.stop()
 
 
-async def _get(http: aiohttp.ClientSession, url: str) -> Any:
-    async with http.get(url) as response:
-        assert response.status == 200, await response.text()
-        return await response.json()
-
-
-async def _owner(http: aiohttp.ClientSession, nodes: list[VigilProcess], source_id: str,
-                 not_on: str | None = None, timeout: float = BOUND_S) -> tuple[str, VigilProcess]:
-    """Wait until the cluster lists the source as live on a node (other than ``not_on``)."""
-    by_name = {json.loads(node.config_path.read_text())["cluster"]["node_id"]: node
-               for node in nodes}
-    deadline = time.monotonic() + timeout
-    while True:
-        listing = await _get(http, f"{nodes[0].url}/api/sources")
-        for source in listing["sources"]:
-            if source["id"] == source_id and source["node"] in by_name and source["node"] != not_on \
-                    and source["state"] == "live":
-                return source["node"], by_name[source["node"]]
-        assert time.monotonic() < deadline, f"source not live on a node within {timeout} s: {listing}"
-        await asyncio.sleep(0.1)
-
-
-async def _results_flow(http: aiohttp.ClientSession, node: VigilProcess, source_id: str,
-                        timeout: float = BOUND_S) -> None:
-    """Frames from the camera reach the source's pipeline on ``node`` (its metrics count new frames)."""
-    async with http.ws_connect(f"{node.url}/api/sources/{source_id}/results") as ws:
-        first: int | None = None
-        async with asyncio.timeout(timeout):
-            async for msg in ws:
-                message = json.loads(msg.data)
-                if message["type"] == "metrics" and message.get("media"):
-                    frames = message["media"]["video"]["frames_in"]
-                    if first is None:
-                        first = frames
-                    elif frames > first:
-                        return
-
-
 async def _listings_agree(http: aiohttp.ClientSession, nodes: list[VigilProcess]) -> list[tuple[str, str]]:
     views = []
     for node in nodes:
-        listing = await _get(http, f"{node.url}/api/sources")
+        listing = await get_json(http, f"{node.url}/api/sources")
         assert listing["partial"] is False
         views.append(sorted((s["id"], s["node"]) for s in listing["sources"]))
     assert all(view == views[0] for view in views), views
@@ -119,14 +71,14 @@ async def _listings_agree(http: aiohttp.ClientSession, nodes: list[VigilProcess]
 async def test_a_source_survives_its_nodes_death_and_moves_on_drain(start_nodes, camera: RtspCamera):
     a, b, c = await start_nodes("a", "b", "c")
     async with aiohttp.ClientSession() as http:
-        nodes = (await _get(http, f"{b.url}/api/cluster/nodes"))["nodes"]
+        nodes = (await get_json(http, f"{b.url}/api/cluster/nodes"))["nodes"]
         assert sorted(n["id"] for n in nodes) == ["a", "b", "c"]
         async with http.post(f"{a.url}/api/sources", json={"url": camera.url, "name": "door"}) as response:
             created = await response.json()
             assert response.status == 201, created
         source_id = created["id"]
-        owner_name, owner = await _owner(http, [a, b, c], source_id)
-        await _results_flow(http, owner, source_id)
+        owner_name, owner = await owner_of(http, [a, b, c], source_id, timeout=BOUND_S)
+        await results_flow(http, owner, source_id, timeout=BOUND_S)
         deadline = time.monotonic() + 5
         while True:  # every node's list shows the one source on its node (snapshots are one heartbeat old)
             try:
@@ -145,8 +97,8 @@ async def test_a_source_survives_its_nodes_death_and_moves_on_drain(start_nodes,
         owner.process.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
         owner.process.wait()  # type: ignore[union-attr]
         survivors = [node for node in (a, b, c) if node is not owner]
-        second_name, second = await _owner(http, survivors, source_id, not_on=owner_name)
-        await _results_flow(http, second, source_id)
+        second_name, second = await owner_of(http, survivors, source_id, not_on=owner_name, timeout=BOUND_S)
+        await results_flow(http, second, source_id, timeout=BOUND_S)
         assert time.monotonic() - killed_at < BOUND_S
         assert await _listings_agree(http, survivors) == [(source_id, second_name)]
 
@@ -157,8 +109,8 @@ async def test_a_source_survives_its_nodes_death_and_moves_on_drain(start_nodes,
                                        timeout=120)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["handed_over"] == [source_id]
-        third_name, third = await _owner(http, survivors, source_id, not_on=second_name)
-        await _results_flow(http, third, source_id)
+        third_name, third = await owner_of(http, survivors, source_id, not_on=second_name, timeout=BOUND_S)
+        await results_flow(http, third, source_id, timeout=BOUND_S)
         assert time.monotonic() - drained_at < BOUND_S
         # A draining node takes nothing new: a source created through it goes elsewhere.
         async with http.post(f"{second.url}/api/sources", json={"url": camera.url}) as response:
@@ -168,7 +120,7 @@ async def test_a_source_survives_its_nodes_death_and_moves_on_drain(start_nodes,
         async with http.delete(f"{second.url}/api/sources/{source_id}") as response:
             assert response.status == 204
         deadline = time.monotonic() + 10
-        while source_id in [s["id"] for s in (await _get(http, f"{third.url}/api/sources"))["sources"]]:
+        while source_id in [s["id"] for s in (await get_json(http, f"{third.url}/api/sources"))["sources"]]:
             assert time.monotonic() < deadline
             await asyncio.sleep(0.2)
 
@@ -178,16 +130,16 @@ async def test_sigterm_hands_sources_over_before_exit(start_nodes, camera: RtspC
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{b.url}/api/sources", json={"url": camera.url}) as response:
             source_id = (await response.json())["id"]
-        owner_name, owner = await _owner(http, [a, b], source_id)
+        owner_name, owner = await owner_of(http, [a, b], source_id, timeout=BOUND_S)
         other_name, other = ("b", b) if owner_name == "a" else ("a", a)
         stopped_at = time.monotonic()
         owner.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
         assert await asyncio.to_thread(owner.process.wait, 60) == 0  # type: ignore[union-attr]
         # The hand-over happened before exit: the source already holds a lease on the other node.
-        listing = await _get(http, f"{other.url}/api/sources")
+        listing = await get_json(http, f"{other.url}/api/sources")
         assert [(s["id"], s["node"]) for s in listing["sources"]] == [(source_id, other_name)]
-        await _owner(http, [other], source_id)
-        await _results_flow(http, other, source_id)
+        await owner_of(http, [other], source_id, timeout=BOUND_S)
+        await results_flow(http, other, source_id, timeout=BOUND_S)
         assert time.monotonic() - stopped_at < BOUND_S
 
 
@@ -197,17 +149,17 @@ async def test_redis_down_keeps_sources_refuses_placements_and_rejoins(start_nod
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{a.url}/api/sources", json={"url": camera.url}) as response:
             source_id = (await response.json())["id"]
-        owner_name, owner = await _owner(http, [a, b], source_id)
+        owner_name, owner = await owner_of(http, [a, b], source_id, timeout=BOUND_S)
         redis.stop()
         await asyncio.sleep(LEASE_S + 2 * HEARTBEAT_S)  # leases and heartbeats have lapsed by now
         # Still serving what it has.
-        await _results_flow(http, owner, source_id)
+        await results_flow(http, owner, source_id, timeout=BOUND_S)
         for node in (a, b):
             async with http.post(f"{node.url}/api/sources", json={"url": camera.url}) as response:
                 assert response.status == 503
                 error = (await response.json())["error"]
                 assert error["code"] == "cluster_unavailable" and "Redis" in error["message"]
-            listing = await _get(http, f"{node.url}/api/sources")
+            listing = await get_json(http, f"{node.url}/api/sources")
             assert listing["partial"] is True
             expected = [(source_id, owner_name)] if node is owner else []
             assert [(s["id"], s["node"]) for s in listing["sources"]] == expected
@@ -216,7 +168,7 @@ async def test_redis_down_keeps_sources_refuses_placements_and_rejoins(start_nod
         deadline = time.monotonic() + 20
         while True:
             other = b if owner is a else a
-            listing = await _get(http, f"{other.url}/api/sources")
+            listing = await get_json(http, f"{other.url}/api/sources")
             if not listing["partial"] and [(s["id"], s["node"]) for s in listing["sources"]] == [
                     (source_id, owner_name)]:
                 break
@@ -224,5 +176,5 @@ async def test_redis_down_keeps_sources_refuses_placements_and_rejoins(start_nod
             await asyncio.sleep(0.2)
         async with http.post(f"{b.url}/api/sources", json={"url": camera.url}) as response:
             assert response.status == 201, await response.text()
-        await _results_flow(http, owner, source_id)
-        assert sorted(n["id"] for n in (await _get(http, f"{a.url}/api/cluster/nodes"))["nodes"]) == ["a", "b"]
+        await results_flow(http, owner, source_id, timeout=BOUND_S)
+        assert sorted(n["id"] for n in (await get_json(http, f"{a.url}/api/cluster/nodes"))["nodes"]) == ["a", "b"]
