@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import statistics
 import tempfile
 import time
@@ -244,6 +245,8 @@ async def takeover(workdir: Path, rounds: int) -> None:
 
 async def main(opts: argparse.Namespace) -> None:
     restrict_host_addresses(["127.0.0.1"])
+    # The machine may be shared: say how busy it was, beside the figures.
+    print(f"load average at start: {' '.join(f'{v:.1f}' for v in os.getloadavg())} ({os.cpu_count()} CPUs)")
     with tempfile.TemporaryDirectory(prefix="vigil-capacity-") as tmp:
         workdir = Path(tmp)
         if "capacity" in opts.parts:
@@ -252,6 +255,7 @@ async def main(opts: argparse.Namespace) -> None:
             await asyncio.to_thread(detector_throughput, workdir, opts.seconds, opts.batch)
         if "takeover" in opts.parts:
             await takeover(workdir, opts.rounds)
+    print(f"load average at end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -69,7 +69,7 @@ class _Client:
             self.module = module
             self.client = module.InferenceServerClient(f"{parts.hostname}:{parts.port or 8001}")
         elif parts.scheme == "http":
-            import tritonclient.http as module  # needs tritonclient[http] (geventhttpclient)
+            import tritonclient.http as module  # its transport is geventhttpclient (a dependency)
 
             self.module = module
             self.client = module.InferenceServerClient(f"{parts.hostname}:{parts.port or 8000}",

@@ -113,10 +113,12 @@ def test_export_writes_a_dynamic_batch_onnx_and_config(repository: Path):
     assert metadata["task"] == "pose" and metadata["names"] == {0: "person"} and metadata["kpt_shape"] == [17, 3]
 
 
-def test_triton_gives_the_local_detections_in_one_request_per_batch(triton: TritonServer):
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_triton_gives_the_local_detections_in_one_request_per_batch(triton: TritonServer, protocol: str):
     frames = _frames()
     local = UltralyticsDetector().detect(frames)
-    remote_detector = TritonDetector(TritonDetectorConfig(url=triton.grpc_url, model="pose"))
+    url = triton.grpc_url if protocol == "grpc" else triton.http_url
+    remote_detector = TritonDetector(TritonDetectorConfig(url=url, model="pose", timeout_s=60))
     assert remote_detector.task == "pose" and remote_detector.names == {0: "person"}  # from the metadata
     requests_before, images_before = _inference_requests(triton)
     remote = remote_detector.detect(frames)

@@ -42,6 +42,10 @@ class TritonServer(ChildServer):
     def grpc_url(self) -> str:
         return f"grpc://127.0.0.1:{self.grpc_port}"
 
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
     def start(self, timeout: float = 120.0) -> Self:
         log = open(self.log_path, "ab")
         self._proc = subprocess.Popen(
