@@ -334,7 +334,7 @@ class ClusterNode:
         except (aioredis.RedisError, OSError):
             return list(local.values()), True
         published = {s["id"]: s for node in nodes.values() if node.id != self.node_id for s in node.sources}
-        out = []
+        out = [info for source_id, info in local.items() if source_id not in specs]  # not yet re-asserted
         for source_id, raw in specs.items():
             spec = json.loads(raw)
             out.append(local.get(source_id) or published.get(source_id) or self._placeholder(spec, "unassigned",

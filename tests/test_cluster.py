@@ -178,3 +178,36 @@ async def test_redis_down_keeps_sources_refuses_placements_and_rejoins(start_nod
             assert response.status == 201, await response.text()
         await results_flow(http, owner, source_id, timeout=BOUND_S)
         assert sorted(n["id"] for n in (await get_json(http, f"{a.url}/api/cluster/nodes"))["nodes"]) == ["a", "b"]
+
+
+async def test_sessions_are_listed_cluster_wide_and_stay_where_they_were_answered(start_nodes):
+    from server.client import VigilClient
+    from server.ice import restrict_host_addresses
+
+    restrict_host_addresses(["127.0.0.1"])  # this process's aiortc client, like the nodes, offers loopback
+    a, b = await start_nodes("a", "b")
+    client = VigilClient(a.url)
+    await client.connect()
+    try:
+        async with aiohttp.ClientSession() as http:
+            deadline = time.monotonic() + 10
+            while True:  # b learns of a's session from a's next heartbeat
+                listing = await get_json(http, f"{b.url}/api/sessions")
+                if [(s["id"], s["node"]) for s in listing["sessions"]] == [(client.session_id, "a")]:
+                    break
+                assert time.monotonic() < deadline, listing
+                await asyncio.sleep(0.1)
+            one = await get_json(http, f"{b.url}/api/sessions/{client.session_id}")
+            assert one["node"] == "a" and one["connection_state"] == "connected"
+            local = await get_json(http, f"{a.url}/api/sessions")
+            assert [(s["id"], s["node"]) for s in local["sessions"]] == [(client.session_id, "a")]
+            nodes = {n["id"]: n for n in (await get_json(http, f"{b.url}/api/cluster/nodes"))["nodes"]}
+            deadline = time.monotonic() + 10
+            while nodes["a"]["load"]["sessions"] != 1:
+                assert time.monotonic() < deadline, nodes
+                await asyncio.sleep(0.2)
+                nodes = {n["id"]: n for n in (await get_json(http, f"{b.url}/api/cluster/nodes"))["nodes"]}
+            assert nodes["b"]["load"]["sessions"] == 0
+            assert {"cpu", "analysed_fps", "sources"} <= nodes["a"]["load"].keys()
+    finally:
+        await client.close()
