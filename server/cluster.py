@@ -35,6 +35,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from aiohttp import web
+from prometheus_client import Counter, Gauge
 
 from pipelines.protocol import MediaCounts
 from server.config import Settings
@@ -43,6 +44,11 @@ from server.sources import MediaPathError, SourceRequest, redact_url, resolve_me
 from server.state import SESSIONS, SOURCES
 
 log = logging.getLogger(__name__)
+
+REDIS_UP = Gauge("vigil_cluster_redis_up", "1 while this node reaches the cluster's Redis.")
+LIVE_NODES = Gauge("vigil_cluster_live_nodes", "Live nodes this node sees in the cluster.")
+SOURCES_TAKEN = Counter("vigil_cluster_sources_taken_total", "Sources this node started under a lease, by why.",
+                        ["reason"])
 
 CLUSTER = web.AppKey("cluster", "ClusterNode")
 
@@ -147,6 +153,7 @@ class ClusterNode:
                     log.warning("cluster: Redis unreachable (%s); serving what runs here, placing nothing new",
                                 error)
                 self.connected = False
+                REDIS_UP.set(0)
                 raise ClusterUnavailable(str(error)) from error
 
     async def _tick(self) -> None:
@@ -164,10 +171,12 @@ class ClusterNode:
         if rejoined:
             log.info("cluster: node %s joined via Redis (%d sources here)", self.node_id, len(self.local_specs))
         self.connected = True
+        REDIS_UP.set(1)
         # 2. Heartbeat with our load and a snapshot for cluster-wide listings.
         await self._publish()
         # 3. The cluster's view: live nodes, specs, leases.
         self._nodes = await self._read_nodes()
+        LIVE_NODES.set(len(self._nodes))
         specs = {sid: json.loads(raw) for sid, raw in (await self.redis.hgetall(self._key("sources"))).items()}
         for source_id in list(self.local_specs):
             if source_id not in specs:  # deleted through another node
@@ -218,6 +227,7 @@ class ClusterNode:
             return False
         self.local_specs[source_id] = spec
         self._unowned_since.pop(source_id, None)
+        SOURCES_TAKEN.labels(reason="placed" if spec.get("node") == self.node_id else "takeover").inc()
         log.info("cluster: node %s runs source %s", self.node_id, source_id)
         return True
 

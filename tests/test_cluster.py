@@ -58,6 +58,18 @@ async def start_nodes(redis: RedisServer, tmp_path: Path) -> AsyncIterator[Any]:
         node.stop()
 
 
+async def _metrics(http: aiohttp.ClientSession, node: VigilProcess) -> str:
+    async with http.get(f"{node.url}/metrics") as response:
+        return await response.text()
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
 async def _listings_agree(http: aiohttp.ClientSession, nodes: list[VigilProcess]) -> list[tuple[str, str]]:
     views = []
     for node in nodes:
@@ -101,6 +113,7 @@ async def test_a_source_survives_its_nodes_death_and_moves_on_drain(start_nodes,
         await results_flow(http, second, source_id, timeout=BOUND_S)
         assert time.monotonic() - killed_at < BOUND_S
         assert await _listings_agree(http, survivors) == [(source_id, second_name)]
+        assert _metric(await _metrics(http, second), 'vigil_cluster_sources_taken_total{reason="takeover"}') == 1
 
         # Drain the new owner with the CLI: the last node takes over, with no gap longer than the bound.
         drained_at = time.monotonic()
@@ -161,6 +174,7 @@ async def test_redis_down_keeps_sources_refuses_placements_and_rejoins(start_nod
                 assert error["code"] == "cluster_unavailable" and "Redis" in error["message"]
             listing = await get_json(http, f"{node.url}/api/sources")
             assert listing["partial"] is True
+            assert _metric(await _metrics(http, node), "vigil_cluster_redis_up") == 0
             expected = [(source_id, owner_name)] if node is owner else []
             assert [(s["id"], s["node"]) for s in listing["sources"]] == expected
         # Redis comes back empty (no persistence): the nodes rejoin and re-assert what they run.
