@@ -38,6 +38,7 @@ from aiohttp import web
 from prometheus_client import Counter, Gauge
 
 from pipelines.protocol import MediaCounts
+from server.api import SessionInfo, SessionList, SourceInfo, SourceList
 from server.config import Settings
 from server.errors import ApiError, read_json_body
 from server.sources import MediaPathError, SourceRequest, redact_url, resolve_media_path
@@ -251,8 +252,6 @@ class ClusterNode:
                 "cpu": round(cpu_share, 4)}
 
     async def _publish(self) -> None:
-        from server.api import SessionInfo, SourceInfo  # the listing schemas (server.api imports us lazily too)
-
         self._load = self._measure_load()
         record = {
             "id": self.node_id, "url": self.url, "draining": self.draining, "load": self._load, "ts": time.time(),
@@ -435,8 +434,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def cluster_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """In cluster mode, the source and session endpoints answer for the whole cluster; everything about a source
     that runs here, and every WebRTC session, is still served by the ordinary handlers."""
-    from server.api import SessionInfo, SessionList, SourceInfo, SourceList
-
     node: ClusterNode = request.app[CLUSTER]
     path, method = request.path.rstrip("/"), request.method
     if path == "/api/sources" and method == "POST":
