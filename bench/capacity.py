@@ -1,8 +1,9 @@
 """Capacity of one Vigil node, the Triton detector beside the local one, and a cluster's takeover time.
 
-1. Capacity: a ``vigil serve`` child process with the default config (default CPU models) and, as clients in this
-   process over real WebRTC on loopback, N video sessions (a real-photograph clip at 10 fps, ``target_fps`` 5)
-   plus ONE live voice session (Piper-spoken questions). N ramps 0, 1, 2, 4, …; at each step the voice loop's
+1. Capacity: a ``vigil serve`` child process with the default config (default CPU models) and, as clients over
+   real WebRTC on loopback, N video sessions (a real-photograph clip at 10 fps, ``target_fps`` 5; in a second
+   child process, so that their encoding does not delay the voice client's clock) plus ONE live voice session
+   (Piper-spoken questions). N ramps 0, 1, 2, 4, …; at each step the voice loop's
    heard voice-to-voice (end of the question leaving the client's microphone → first audible reply sample at
    the client) and each video session's results rate (``detections`` messages per second at the client) are
    measured. Capacity = the largest N where the heard voice-to-voice median stays within +20 % of N=0 and every
@@ -23,8 +24,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -125,48 +129,100 @@ class VoiceSession:
         await self.client.close()
 
 
-async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float) -> None:
-    clip = slideshow(workdir / "people.mp4", [("bus", 3.0), ("zidane", 3.0)], fps=10, size=(640, 360))
+async def video_clients(url: str, clip: Path, count: int) -> None:
+    """Child process: ``count`` video sessions. Reads ``measure`` then ``stop`` on stdin; prints one JSON line
+    with each session's results rate and server-side frames-in rate between the two."""
+    restrict_host_addresses(["127.0.0.1"])
+    sessions = [VideoSession(url, clip) for _ in range(count)]
+    for session in sessions:
+        await session.open()
+    print("ready", flush=True)
+    loop = asyncio.get_running_loop()
+    assert (await loop.run_in_executor(None, sys.stdin.readline)).strip() == "measure"
+    started = time.perf_counter()
+    assert (await loop.run_in_executor(None, sys.stdin.readline)).strip() == "stop"
+    ended = time.perf_counter()
+    print(json.dumps({"rates": [s.rate(started, ended) for s in sessions],
+                      "frames_in": [s.frames_in_rate(started, ended) for s in sessions]}), flush=True)
+    for session in sessions:
+        with contextlib.suppress(Exception):
+            await session.close()
+
+
+class VideoClientsProcess:
+    """The video sessions of one step, in their own process: their VP8 encoding must not delay the voice
+    client's clock (the heard voice-to-voice is timed in this process)."""
+
+    def __init__(self, url: str, clip: Path, count: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.capacity", "--video-clients", str(count), "--url", url, "--clip", str(clip)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+
+    def wait_ready(self) -> None:
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def result(self) -> dict[str, list[float]]:
+        assert self.proc.stdout is not None
+        data = json.loads(self.proc.stdout.readline())
+        self.proc.wait(timeout=60)
+        return data
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float, size: tuple[int, int]) -> None:
+    clip = slideshow(workdir / "people.mp4", [("bus", 3.0), ("zidane", 3.0)], fps=10, size=size)
     config = {"webrtc": {"host_addresses": ["127.0.0.1"]}, "grpc": {"port": 0},
               "sessions": {"max_sessions": max(levels) + 2}}  # everything else: the defaults
     server = await asyncio.to_thread(VigilProcess(workdir, config).start)
-    print(f"vigil serve (default config, default CPU models) at {server.url}")
+    print(f"vigil serve (default config, default CPU models) at {server.url}; video {size[0]}x{size[1]} at 10 fps "
+          "from clients in a child process")
     print(f"{'video sessions':>14} {'heard v2v median ms':>20} {'vs N=0':>7} {'min video rate':>15} "
           f"{'of target':>9}  verdict   (server-side, explaining: frames in per session)")
     baseline: float | None = None
     held = 0
     voice = VoiceSession(server.url)
-    videos: list[VideoSession] = []
     try:
         await voice.open()
         await voice.heard_voice_to_voice()  # warm-up turn (first-call costs stay out of the figures)
         for level in levels:
-            while len(videos) < level:
-                session = VideoSession(server.url, clip)
-                await session.open()
-                videos.append(session)
-            await asyncio.sleep(warmup_s)
-            started = time.perf_counter()
-            heard = [v for v in [await voice.heard_voice_to_voice() for _ in range(turns)] if v is not None]
-            ended = time.perf_counter()
+            clients = VideoClientsProcess(server.url, clip, level) if level else None
+            try:
+                if clients is not None:
+                    await asyncio.to_thread(clients.wait_ready)
+                await asyncio.sleep(warmup_s)
+                if clients is not None:
+                    clients.send("measure")
+                heard = [v for v in [await voice.heard_voice_to_voice() for _ in range(turns)] if v is not None]
+                if clients is not None:
+                    clients.send("stop")
+                video = await asyncio.to_thread(clients.result) if clients is not None else {"rates": [],
+                                                                                            "frames_in": []}
+            finally:
+                if clients is not None:
+                    clients.kill()
             v2v = statistics.median(heard) if heard else float("inf")
             if baseline is None:
                 baseline = v2v
-            rates = [session.rate(started, ended) for session in videos]
+            rates = video["rates"]
             worst = min(rates) if rates else TARGET_FPS
             ok = v2v <= 1.2 * baseline and worst >= 0.9 * TARGET_FPS and len(heard) == turns
-            frames_in = [session.frames_in_rate(started, ended) for session in videos]
             shown = f"{worst:>13.2f}/s {worst / TARGET_FPS:>9.2f}" if rates else f"{'-':>15} {'-':>9}"
             print(f"{level:>14} {v2v:>20.0f} {v2v / baseline:>7.2f} {shown}  {'holds' if ok else 'OVER '}   "
                   f"(turns heard {len(heard)}/{turns}; frames in "
-                  f"{' '.join(f'{r:.1f}' for r in frames_in) or '-'} /s)", flush=True)
+                  f"{' '.join(f'{r:.1f}' for r in video['frames_in']) or '-'} /s)", flush=True)
             if not ok:
                 break
             held = level
     finally:
-        for session in videos:
-            with contextlib.suppress(Exception):
-                await session.close()
         with contextlib.suppress(Exception):
             await voice.close()
         server.stop()
@@ -261,13 +317,17 @@ async def takeover(workdir: Path, rounds: int) -> None:
 
 
 async def main(opts: argparse.Namespace) -> None:
+    if opts.video_clients is not None:
+        await video_clients(opts.url, Path(opts.clip), opts.video_clients)
+        return
     restrict_host_addresses(["127.0.0.1"])
     # The machine may be shared: say how busy it was, beside the figures.
     print(f"load average at start: {' '.join(f'{v:.1f}' for v in os.getloadavg())} ({os.cpu_count()} CPUs)")
     with tempfile.TemporaryDirectory(prefix="vigil-capacity-") as tmp:
         workdir = Path(tmp)
         if "capacity" in opts.parts:
-            await capacity(workdir, opts.levels, opts.turns, opts.warmup)
+            width, height = (int(v) for v in opts.size.split("x"))
+            await capacity(workdir, opts.levels, opts.turns, opts.warmup, (width, height))
         if "detector" in opts.parts:
             await asyncio.to_thread(detector_throughput, workdir, opts.seconds, opts.batch)
         if "takeover" in opts.parts:
@@ -281,11 +341,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         choices=["capacity", "detector", "takeover"])
     parser.add_argument("--levels", type=int, nargs="+", default=[0, 1, 2, 4, 8, 16],
                         help="video sessions at each step (0 first: the voice loop's baseline)")
+    parser.add_argument("--size", default="640x360", help="video sessions' frame size, WIDTHxHEIGHT")
     parser.add_argument("--turns", type=int, default=3, help="voice turns measured per step")
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds after adding sessions before measuring")
     parser.add_argument("--seconds", type=float, default=8.0, help="detector throughput: seconds per leg")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5, help="takeover: kills measured")
+    parser.add_argument("--video-clients", type=int, help=argparse.SUPPRESS)  # the child process of step 1
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--clip", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 

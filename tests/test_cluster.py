@@ -103,6 +103,8 @@ async def test_a_source_survives_its_nodes_death_and_moves_on_drain(start_nodes,
         other = next(node for node in (a, b, c) if node is not owner)
         async with http.get(f"{other.url}/api/sources/{source_id}/scene") as response:
             assert response.status == 409 and owner_name in (await response.json())["error"]["message"]
+        remote = await get_json(http, f"{other.url}/api/sources/{source_id}")
+        assert remote["node"] == owner_name and remote["name"] == "door" and camera.url in remote["location"]
 
         # SIGKILL the owner: another node takes the source over within the bound.
         killed_at = time.monotonic()
