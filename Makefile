@@ -21,8 +21,8 @@ lock:   ## re-resolve requirements.lock (+ requirements-nodeps.lock) with hashes
 lint: setup
 	.venv/bin/ruff check .
 
-bench:  ## a benchmark (BENCH=transport|video|voice|api), same offline sandbox as the tests
+bench:  ## a benchmark (BENCH=transport|video|voice|api|capacity|...), same offline sandbox as the tests
 	bash scripts/test.sh --exec .venv/bin/python -m bench.$(BENCH) $(ARGS)
 
 clean:  ## remove the venv and the set-up stamps (next run reinstalls)
-	rm -rf .venv .cache/setup
+	rm -rf .venv .venv-triton .cache/setup

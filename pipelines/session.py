@@ -233,6 +233,7 @@ class SessionPipeline:
         self._metrics_timer: Timer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        self._video_failure: str | None = None  # code of the ongoing video analysis failure, if any
         self._metrics = telemetry.PipelineMetrics(origin)
         self._video_analyzer.configure(config.video)
         self._audio_analyzer.attach(self)
@@ -398,9 +399,15 @@ class SessionPipeline:
         try:
             result = await self._video_analyzer.analyze(sampled)
         except Exception as error:  # a bad frame or model failure must not end the session
-            log.exception("video analysis failed in %s", self.session_id)
-            self.error("analysis_failed", f"video analysis failed: {error}")
+            # A remote detector that is down (code detector_unavailable) fails every frame: say so once per outage.
+            code = getattr(error, "code", None) or "analysis_failed"
+            if code == "analysis_failed":
+                log.exception("video analysis failed in %s", self.session_id)
+            if code == "analysis_failed" or code != self._video_failure:
+                self.error(code, f"video analysis failed: {error}")
+            self._video_failure = code
             return
+        self._video_failure = None
         self.counts.video.frames_analyzed += 1
         self._metrics.frames_analyzed.inc()
         if result is None:

@@ -57,7 +57,16 @@ if [[ ! -e $VENV/.setup-$venv_key ]]; then
   rm -f "$VENV"/.setup-* && touch "$VENV/.setup-$venv_key"
 fi
 
-# 3. Summary.
+# 3. The Triton test server's venv (.venv-triton): nvidia-pytriton ships the tritonserver binary (Python backend
+#    only) and pins numpy<2, which the project venv cannot take. Tests run the exported ONNX in it.
+triton_key=$( { echo 'nvidia-pytriton==0.7.0 onnxruntime==1.32.0'; "$PYTHON" -VV; } | hash_of)
+if [[ ! -e .venv-triton/.setup-$triton_key ]]; then
+  rm -rf .venv-triton && "$PYTHON" -m venv .venv-triton
+  .venv-triton/bin/python -m pip install -q 'nvidia-pytriton==0.7.0' 'onnxruntime==1.32.0'
+  touch ".venv-triton/.setup-$triton_key"
+fi
+
+# 4. Summary.
 "$VENV/bin/python" - <<'PY'
 import platform
 from importlib.metadata import version as v

@@ -49,6 +49,7 @@ class SessionInfo(BaseModel):
     tracks: list[str]
     config: SessionConfig
     counts: MediaCounts
+    node: str | None = Field(None, description="Cluster mode: the node the session runs on.")
 
 
 class SourceInfo(BaseModel):
@@ -64,14 +65,20 @@ class SourceInfo(BaseModel):
     subscribers: int
     config: SessionConfig
     counts: MediaCounts
+    node: str | None = Field(None, description="Cluster mode: the node running the source ('' while none does).")
+
+
+_PARTIAL = "Cluster mode: true when the cluster's Redis cannot be reached and only this node's are listed."
 
 
 class SessionList(BaseModel):
     sessions: list[SessionInfo]
+    partial: bool = Field(False, description=_PARTIAL)
 
 
 class SourceList(BaseModel):
     sources: list[SourceInfo]
+    partial: bool = Field(False, description=_PARTIAL)
 
 
 class ErrorDetail(BaseModel):

@@ -9,6 +9,7 @@ from aiohttp import web
 from server.api import ROUTES
 from server.audio_api import setup_audio_api
 from server.auth import auth_middleware
+from server.cluster import setup_cluster
 from server.config import Settings
 from server.engines import build_analyzers, close_shared_llm
 from server.errors import ApiError, json_errors
@@ -52,6 +53,7 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Ap
     if settings.server.web_root.is_dir():
         app.router.add_static("/static/", settings.server.web_root)
     setup_audio_api(app, settings)  # /v1/audio/...: transcriptions, transcription jobs, speech
+    setup_cluster(app, settings)  # cluster.redis_url: before our shutdown, so SIGTERM hands sources over first
 
     async def shutdown(app: web.Application) -> None:
         for ws in list(app[WEBSOCKETS]):

@@ -1,4 +1,4 @@
-"""The ``vigil`` command: serve, config show, analyze, replay, transcribe."""
+"""The ``vigil`` command: serve, config show, analyze, replay, transcribe, export-detector, drain."""
 
 from __future__ import annotations
 
@@ -99,6 +99,39 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_detector(args: argparse.Namespace) -> int:
+    from models.triton_detector import export_model_repository
+
+    detector = _settings(args).models.detector
+    name = args.name or detector.triton.model
+    model_dir = export_model_repository(detector.weights, str(args.repository), name=name,
+                                        imgsz=args.imgsz or detector.imgsz, max_batch=args.max_batch,
+                                        gpu=not args.cpu)
+    print(model_dir)
+    return 0
+
+
+def _drain(args: argparse.Namespace) -> int:
+    """Ask a running cluster node to hand its sources over to the others (then it can be stopped)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"{args.url.rstrip('/')}/api/cluster/drain", method="POST", data=b"")
+    if args.token:
+        request.add_header("Authorization", f"Bearer {args.token}")
+    try:
+        with urllib.request.urlopen(request, timeout=args.timeout) as response:
+            result = json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        print(f"vigil drain: {error.code} {error.read().decode(errors='replace')}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"vigil drain: cannot reach {args.url}: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(result))
+    return 0 if not result.get("not_taken") else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vigil", description="Real-time multimodal stream analysis server.")
     parser.add_argument("--version", action="version", version=f"vigil {__version__}")
@@ -137,6 +170,23 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--fps", type=float, help="target analysis FPS for this session")
     replay.add_argument("--seconds", type=float, help="stop after this long")
     replay.set_defaults(run=_replay)
+
+    export = commands.add_parser(
+        "export-detector", help="write a Triton model repository (ONNX, dynamic batch, config.pbtxt) for the "
+        "configured detector weights")
+    _add_config_arg(export)
+    export.add_argument("repository", type=Path, help="model repository folder (created if missing)")
+    export.add_argument("--name", help="model name (default: models.detector.triton.model)")
+    export.add_argument("--imgsz", type=int, help="input size (default: models.detector.imgsz)")
+    export.add_argument("--max-batch", type=int, default=16, help="Triton max_batch_size (default 16)")
+    export.add_argument("--cpu", action="store_true", help="instance_group KIND_CPU instead of KIND_GPU")
+    export.set_defaults(run=_export_detector)
+
+    drain = commands.add_parser("drain", help="hand a cluster node's sources over to the other nodes")
+    drain.add_argument("--url", required=True, help="the node's base URL, e.g. http://10.0.0.5:8080")
+    drain.add_argument("--token", help="auth token, if the node needs one")
+    drain.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the hand-over")
+    drain.set_defaults(run=_drain)
 
     add_transcribe_command(commands, _add_config_arg)  # vigil transcribe FILE...
     return parser

@@ -64,6 +64,7 @@ def build_batcher(settings: Settings) -> InferenceBatcher:
         conf=detector_config.conf,
         half=detector_config.half,
         classes=detector_config.classes,
+        triton=detector_config.triton,
     )
     log.info("detector %s loaded on %s", detector.name, detector.device)
     return InferenceBatcher(detector, max_batch=settings.video.max_batch, max_wait_ms=settings.video.max_wait_ms)

@@ -151,8 +151,9 @@ class SourceManager:
         fields = {f.name for f in dataclasses.fields(ReaderSettings)}
         return ReaderSettings(**self.settings.sources.model_dump(include=fields))
 
-    def start(self, request: SourceRequest) -> ManagedSource:
-        """Validate and start a source; raises MediaPathError or SourceLimitReached."""
+    def start(self, request: SourceRequest, source_id: str | None = None) -> ManagedSource:
+        """Validate and start a source; raises MediaPathError or SourceLimitReached. ``source_id``: the id the
+        cluster gave it (the same on whichever node runs it)."""
         if len(self.sources) >= self.settings.sessions.max_sources:
             raise SourceLimitReached(f"source limit reached ({self.settings.sessions.max_sources})")
         if request.path is not None:
@@ -163,7 +164,7 @@ class SourceManager:
         else:
             assert request.url is not None
             kind, target, shown = "rtsp", request.url, redact_url(request.url)
-        source_id = uuid.uuid4().hex[:12]
+        source_id = source_id or uuid.uuid4().hex[:12]
         config = self.settings.session_defaults()
         if request.options is not None:
             config = config.merged(request.options)

@@ -23,6 +23,7 @@ from pipelines.protocol import SessionConfig
 from server.config.api import DEFAULT_SYSTEM_TEMPLATE, ApiKey, ApiSettings, RateLimit
 from server.config.auth import AuthSettings
 from server.config.base import REPO_ROOT, Section
+from server.config.cluster import ClusterSettings
 from server.config.grpc import GrpcSettings
 from server.config.models import (
     DetectorModel,
@@ -45,7 +46,8 @@ from server.config.voice import VoiceSettings
 from server.config.webrtc import IceServer, WebRTCSettings
 
 __all__ = [
-    "DEFAULT_SYSTEM_TEMPLATE", "REPO_ROOT", "ApiKey", "ApiSettings", "AppearRule", "AuthSettings", "ConfigError",
+    "DEFAULT_SYSTEM_TEMPLATE", "REPO_ROOT", "ApiKey", "ApiSettings", "AppearRule", "AuthSettings", "ClusterSettings",
+    "ConfigError",
     "DetectorModel", "GrpcSettings", "IceServer", "LlmModel", "LlmRouting", "LlmUpstream", "ModelsSettings",
     "RateLimit", "RedisSettings", "Section", "ServerSettings", "SessionLimits", "Settings", "SourcesSettings",
     "SpeechSettings", "StorageSettings", "SttModel", "TranscriptionSettings", "TtsModel", "VideoSettings",
@@ -72,6 +74,7 @@ class Settings(BaseSettings):
     speech: SpeechSettings = SpeechSettings()
     grpc: GrpcSettings = GrpcSettings()
     storage: StorageSettings = StorageSettings()
+    cluster: ClusterSettings = ClusterSettings()
 
     @field_validator("sources")
     @classmethod

@@ -6,12 +6,14 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 
+from models.triton_detector import TritonDetectorConfig
 from server.config.base import Section
 
 
 class DetectorModel(Section):
-    backend: Literal["yolo", "opencv-ssd", "none"] = Field(
-        "yolo", description="'none': no detector; sessions only count frames."
+    backend: Literal["yolo", "opencv-ssd", "triton", "none"] = Field(
+        "yolo", description="'none': no detector; sessions only count frames. 'triton': a YOLO model served by "
+        "Triton Inference Server (models.detector.triton)."
     )
     weights: str | None = Field(None, description="Path or name; None: the packaged yolo11n-pose.pt.")
     device: str = "cpu"
@@ -19,6 +21,7 @@ class DetectorModel(Section):
     conf: float = Field(0.25, gt=0, lt=1)
     half: bool = False
     classes: list[int] | None = None
+    triton: TritonDetectorConfig = TritonDetectorConfig()
 
 
 class SttModel(Section):

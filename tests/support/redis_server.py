@@ -1,4 +1,5 @@
-"""Test helper: a throw-away ``redis-server`` on a loopback port (no persistence), for Redis-mode tests."""
+"""Test helper: a throw-away ``redis-server`` on a loopback port (no persistence), for Redis-mode tests.
+Restartable: ``stop()`` then ``start()`` brings back an empty server on the same port."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ class RedisServer(ChildServer):
     def start(self, timeout: float = 20.0) -> Self:
         if not Path(REDIS_SERVER).is_file():
             raise RuntimeError(f"{REDIS_SERVER} is missing: apt-get install redis-server (scripts/setup.sh)")
-        self.port = free_port()
+        self.port = self.port or free_port()  # a restart keeps the port, so clients can come back
         self._proc = subprocess.Popen(
             [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
              "--dir", str(self.workdir)],

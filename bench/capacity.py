@@ -1,0 +1,357 @@
+"""Capacity of one Vigil node, the Triton detector beside the local one, and a cluster's takeover time.
+
+1. Capacity: a ``vigil serve`` child process with the default config (default CPU models) and, as clients over
+   real WebRTC on loopback, N video sessions (a real-photograph clip at 10 fps, ``target_fps`` 5; in a second
+   child process, so that their encoding does not delay the voice client's clock) plus ONE live voice session
+   (Piper-spoken questions). N ramps 0, 1, 2, 4, …; at each step the voice loop's
+   heard voice-to-voice (end of the question leaving the client's microphone → first audible reply sample at
+   the client) and each video session's results rate (``detections`` messages per second at the client) are
+   measured. Capacity = the largest N where the heard voice-to-voice median stays within +20 % of N=0 and every
+   video session gets at least 90 % of its target rate.
+2. Detector throughput: the packaged YOLO locally (Ultralytics, PyTorch) and the same weights exported by
+   ``vigil export-detector`` served by a real Triton (the tritonserver binary of the nvidia-pytriton wheel, in
+   .venv-triton; its Python backend runs the ONNX with onnxruntime), batches of 8, alternating A B B A.
+3. Takeover: three light ``vigil serve`` nodes, redis-server and an RTSP camera; a source is SIGKILLed with its
+   node, and the time until its results flow again at a client of the new node is measured, several times.
+
+Note: on this 2-core machine the clients (VP8 encoding of every video session) share the CPU with the server.
+Run it offline like the tests:
+    unshare -n bash -c 'ip link set lo up && .venv/bin/python -m bench.capacity'
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import cv2
+from aiortc.contrib.media import MediaPlayer
+
+from server.client import VigilClient
+from server.ice import restrict_host_addresses
+from tests.support.audio import Recorder, ScriptedMicrophone, silence, speech
+from tests.support.browser import VigilProcess
+from tests.support.media import real_image, slideshow
+
+QUESTIONS = ["How many people do you see?", "What is the weather like today?", "Is anyone at the door?",
+             "What color is the sky?", "Can you see a car outside?", "How are you today?"]
+TARGET_FPS = 5.0
+
+
+# ---------------------------------------------------------------------- 1. capacity
+
+
+class VideoSession:
+    """One camera session: a looping clip sent over WebRTC; counts the detections messages that come back."""
+
+    def __init__(self, url: str, clip: Path) -> None:
+        self.player = MediaPlayer(str(clip), loop=True)
+        self.client = VigilClient(url, options={"video": {"target_fps": TARGET_FPS}})
+        self.arrivals: list[float] = []
+        self.frames_in: list[tuple[float, int]] = []  # (arrival, frames the server received), from its metrics
+        self.client.on_message = self._received
+
+    def _received(self, message: dict[str, Any], at: float) -> None:
+        if message.get("type") == "detections":
+            self.arrivals.append(at)
+        elif message.get("type") == "metrics" and message.get("media"):
+            self.frames_in.append((at, message["media"]["video"]["frames_in"]))
+
+    def frames_in_rate(self, since: float, until: float) -> float:
+        """Explains a low rate: frames that reached the server per second (the sender may be the bottleneck)."""
+        window = [(t, n) for t, n in self.frames_in if since <= t < until]
+        if len(window) < 2:
+            return 0.0
+        return (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0])
+
+    async def open(self) -> None:
+        await self.client.connect([self.player.video])
+
+    def rate(self, since: float, until: float) -> float:
+        return sum(1 for t in self.arrivals if since <= t < until) / (until - since)
+
+    async def close(self) -> None:
+        await self.client.close()
+        self.player.video.stop()
+
+
+class VoiceSession:
+    def __init__(self, url: str) -> None:
+        self.mic = ScriptedMicrophone()
+        self.client = VigilClient(url)
+        self.recorders: list[Recorder] = []
+        self.client.pc.on("track", lambda t: self.recorders.append(Recorder(t)) if t.kind == "audio" else None)
+        self.turn = 0
+
+    async def open(self) -> None:
+        await self.client.connect([self.mic])
+        await self.client.next_message("hello")
+
+    async def heard_voice_to_voice(self) -> float | None:
+        """One question; ms from the end of its speech leaving the microphone to the reply being audible here."""
+        self.mic.say(silence(0.3))
+        self.mic.say(speech(QUESTIONS[self.turn % len(QUESTIONS)]))
+        self.turn += 1
+        await self.mic.spoken.wait()
+        ended = time.perf_counter()
+        deadline = ended + 30
+        while time.perf_counter() < deadline:
+            heard = self.recorders[0].first_loud(since=ended) if self.recorders else None
+            if heard is not None:
+                await self._wait_quiet()
+                return (heard - ended) * 1000.0
+            await asyncio.sleep(0.01)
+        return None
+
+    async def _wait_quiet(self, quiet_s: float = 1.0, limit_s: float = 30.0) -> None:
+        """Let the reply finish playing before the next question."""
+        started = time.perf_counter()
+        while time.perf_counter() - started < limit_s:
+            last = self.recorders[0].last_loud() or 0.0
+            if time.perf_counter() - last > quiet_s:
+                return
+            await asyncio.sleep(0.1)
+
+    async def close(self) -> None:
+        for recorder in self.recorders:
+            await recorder.stop()
+        await self.client.close()
+
+
+async def video_clients(url: str, clip: Path, count: int) -> None:
+    """Child process: ``count`` video sessions. Reads ``measure`` then ``stop`` on stdin; prints one JSON line
+    with each session's results rate and server-side frames-in rate between the two."""
+    restrict_host_addresses(["127.0.0.1"])
+    sessions = [VideoSession(url, clip) for _ in range(count)]
+    for session in sessions:
+        await session.open()
+    print("ready", flush=True)
+    loop = asyncio.get_running_loop()
+    assert (await loop.run_in_executor(None, sys.stdin.readline)).strip() == "measure"
+    started = time.perf_counter()
+    assert (await loop.run_in_executor(None, sys.stdin.readline)).strip() == "stop"
+    ended = time.perf_counter()
+    print(json.dumps({"rates": [s.rate(started, ended) for s in sessions],
+                      "frames_in": [s.frames_in_rate(started, ended) for s in sessions]}), flush=True)
+    for session in sessions:
+        with contextlib.suppress(Exception):
+            await session.close()
+
+
+class VideoClientsProcess:
+    """The video sessions of one step, in their own process: their VP8 encoding must not delay the voice
+    client's clock (the heard voice-to-voice is timed in this process)."""
+
+    def __init__(self, url: str, clip: Path, count: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.capacity", "--video-clients", str(count), "--url", url, "--clip", str(clip)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+
+    def wait_ready(self) -> None:
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def result(self) -> dict[str, list[float]]:
+        assert self.proc.stdout is not None
+        data = json.loads(self.proc.stdout.readline())
+        self.proc.wait(timeout=60)
+        return data
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float, size: tuple[int, int]) -> None:
+    clip = slideshow(workdir / "people.mp4", [("bus", 3.0), ("zidane", 3.0)], fps=10, size=size)
+    config = {"webrtc": {"host_addresses": ["127.0.0.1"]}, "grpc": {"port": 0},
+              "sessions": {"max_sessions": max(levels) + 2}}  # everything else: the defaults
+    server = await asyncio.to_thread(VigilProcess(workdir, config).start)
+    print(f"vigil serve (default config, default CPU models) at {server.url}; video {size[0]}x{size[1]} at 10 fps "
+          "from clients in a child process")
+    print(f"{'video sessions':>14} {'heard v2v median ms':>20} {'vs N=0':>7} {'min video rate':>15} "
+          f"{'of target':>9}  verdict   (server-side, explaining: frames in per session)")
+    baseline: float | None = None
+    held = 0
+    voice = VoiceSession(server.url)
+    try:
+        await voice.open()
+        await voice.heard_voice_to_voice()  # warm-up turn (first-call costs stay out of the figures)
+        for level in levels:
+            clients = VideoClientsProcess(server.url, clip, level) if level else None
+            try:
+                if clients is not None:
+                    await asyncio.to_thread(clients.wait_ready)
+                await asyncio.sleep(warmup_s)
+                if clients is not None:
+                    clients.send("measure")
+                heard = [v for v in [await voice.heard_voice_to_voice() for _ in range(turns)] if v is not None]
+                if clients is not None:
+                    clients.send("stop")
+                video = await asyncio.to_thread(clients.result) if clients is not None else {"rates": [],
+                                                                                            "frames_in": []}
+            finally:
+                if clients is not None:
+                    clients.kill()
+            v2v = statistics.median(heard) if heard else float("inf")
+            if baseline is None:
+                baseline = v2v
+            rates = video["rates"]
+            worst = min(rates) if rates else TARGET_FPS
+            ok = v2v <= 1.2 * baseline and worst >= 0.9 * TARGET_FPS and len(heard) == turns
+            shown = f"{worst:>13.2f}/s {worst / TARGET_FPS:>9.2f}" if rates else f"{'-':>15} {'-':>9}"
+            print(f"{level:>14} {v2v:>20.0f} {v2v / baseline:>7.2f} {shown}  {'holds' if ok else 'OVER '}   "
+                  f"(turns heard {len(heard)}/{turns}; frames in "
+                  f"{' '.join(f'{r:.1f}' for r in video['frames_in']) or '-'} /s)", flush=True)
+            if not ok:
+                break
+            held = level
+    finally:
+        with contextlib.suppress(Exception):
+            await voice.close()
+        server.stop()
+    print(f"capacity: {held} video session(s) at {TARGET_FPS:g} fps + 1 live voice loop on one node "
+          f"(voice-to-voice within +20 % of {baseline:.0f} ms, video >= 90 % of target)")
+
+
+# ---------------------------------------------------------------------- 2. detector throughput
+
+
+def detector_throughput(workdir: Path, seconds: float, batch: int) -> None:
+    from models.triton_detector import TritonDetector, TritonDetectorConfig, export_model_repository
+    from models.yolo import UltralyticsDetector
+    from tests.support.triton_server import TritonServer
+
+    bus = cv2.cvtColor(real_image("bus"), cv2.COLOR_RGB2BGR)
+    zidane = cv2.cvtColor(real_image("zidane"), cv2.COLOR_RGB2BGR)
+    images = [bus if i % 2 else zidane for i in range(batch)]
+    export_model_repository(None, str(workdir / "repo"), name="pose", max_batch=batch, gpu=False)
+    local = UltralyticsDetector()
+    with TritonServer(workdir / "repo", "pose", log_path=workdir / "triton.log") as server:
+        # A generous deadline: a batch of 8 on a shared 2-core CPU is not what timeout_s is tuned for.
+        remote = TritonDetector(TritonDetectorConfig(url=server.grpc_url, model="pose", timeout_s=120))
+        remote.detect(images[:1])  # warm-up (first-call costs stay out of the figures)
+        remote.detect(images)
+        local.detect(images)
+
+        def leg(detector: Any) -> float:
+            done, started = 0, time.perf_counter()
+            while time.perf_counter() - started < seconds:
+                detector.detect(images)
+                done += len(images)
+            return done / (time.perf_counter() - started)
+
+        rates: dict[str, list[float]] = {"local": [], "triton": []}
+        for name in ("local", "triton", "triton", "local"):
+            rates[name].append(leg(local if name == "local" else remote))
+        remote.close()
+    local_rate, triton_rate = statistics.mean(rates["local"]), statistics.mean(rates["triton"])
+    print(f"\ndetector throughput, yolo11n-pose @640, batches of {batch}, {seconds:g} s legs A B B A:")
+    print(f"  local (Ultralytics/PyTorch, in process)       {local_rate:7.1f} images/s")
+    print(f"  Triton (gRPC, onnxruntime in Triton, same CPU) {triton_rate:7.1f} images/s")
+    print(f"  Triton / local = {triton_rate / local_rate:.2f}")
+
+
+# ---------------------------------------------------------------------- 3. takeover
+
+
+async def takeover(workdir: Path, rounds: int) -> None:
+    from tests.support.cluster import node_config, node_name, owner_of, results_flow
+    from tests.support.redis_server import RedisServer
+    from tests.support.rtsp import RtspCamera
+
+    heartbeat_s, lease_s, reconnect_max_s = 0.5, 2.0, 1.0
+    times: list[float] = []
+    with RedisServer(workdir) as redis, RtspCamera(fps=10) as camera:
+        configs = {name: node_config(redis.url, name, workdir, heartbeat_s=heartbeat_s, lease_s=lease_s,
+                                     reconnect_max_s=reconnect_max_s) for name in ("a", "b", "c")}
+        nodes = {name: VigilProcess(workdir, config) for name, config in configs.items()}
+        await asyncio.gather(*(asyncio.to_thread(node.start) for node in nodes.values()))
+        try:
+            async with aiohttp.ClientSession() as http:
+                for _ in range(rounds):
+                    live = list(nodes.values())
+                    async with http.post(f"{live[0].url}/api/sources", json={"url": camera.url}) as response:
+                        source_id = (await response.json())["id"]
+                    owner_name, owner = await owner_of(http, live, source_id, timeout=60)
+                    await results_flow(http, owner, source_id, timeout=60)
+                    killed = time.perf_counter()
+                    owner.process.kill()  # type: ignore[union-attr]
+                    owner.process.wait()  # type: ignore[union-attr]
+                    survivors = [node for node in live if node is not owner]
+                    _, new_owner = await owner_of(http, survivors, source_id, not_on=owner_name, timeout=60)
+                    await results_flow(http, new_owner, source_id, timeout=60)
+                    times.append(time.perf_counter() - killed)
+                    print(f"  takeover {len(times)}: {times[-1]:.2f} s ({owner_name} → {node_name(new_owner)})",
+                          flush=True)
+                    async with http.delete(f"{survivors[0].url}/api/sources/{source_id}"):
+                        pass
+                    nodes[owner_name] = VigilProcess(workdir, configs[owner_name])  # back to three nodes
+                    await asyncio.to_thread(nodes[owner_name].start)
+        finally:
+            for node in nodes.values():
+                node.stop()
+    print(f"\ntakeover after SIGKILL of a source's node (lease_s {lease_s:g}, heartbeat_s {heartbeat_s:g}, RTSP "
+          f"reconnect <= {reconnect_max_s:g} s), until results flow again at a client of the new node:")
+    print(f"  median {statistics.median(times):.2f} s, min {min(times):.2f} s, max {max(times):.2f} s "
+          f"over {len(times)} rounds (bound lease_s + reconnect: {lease_s + heartbeat_s + reconnect_max_s:.1f} s)")
+
+
+# ---------------------------------------------------------------------- main
+
+
+async def main(opts: argparse.Namespace) -> None:
+    if opts.video_clients is not None:
+        await video_clients(opts.url, Path(opts.clip), opts.video_clients)
+        return
+    restrict_host_addresses(["127.0.0.1"])
+    # The machine may be shared: say how busy it was, beside the figures.
+    print(f"load average at start: {' '.join(f'{v:.1f}' for v in os.getloadavg())} ({os.cpu_count()} CPUs)")
+    with tempfile.TemporaryDirectory(prefix="vigil-capacity-") as tmp:
+        workdir = Path(tmp)
+        if "capacity" in opts.parts:
+            width, height = (int(v) for v in opts.size.split("x"))
+            await capacity(workdir, opts.levels, opts.turns, opts.warmup, (width, height))
+        if "detector" in opts.parts:
+            await asyncio.to_thread(detector_throughput, workdir, opts.seconds, opts.batch)
+        if "takeover" in opts.parts:
+            await takeover(workdir, opts.rounds)
+    print(f"load average at end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", nargs="+", default=["capacity", "detector", "takeover"],
+                        choices=["capacity", "detector", "takeover"])
+    parser.add_argument("--levels", type=int, nargs="+", default=[0, 1, 2, 4, 8, 16],
+                        help="video sessions at each step (0 first: the voice loop's baseline)")
+    parser.add_argument("--size", default="640x360", help="video sessions' frame size, WIDTHxHEIGHT")
+    parser.add_argument("--turns", type=int, default=3, help="voice turns measured per step")
+    parser.add_argument("--warmup", type=float, default=4.0, help="seconds after adding sessions before measuring")
+    parser.add_argument("--seconds", type=float, default=8.0, help="detector throughput: seconds per leg")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=5, help="takeover: kills measured")
+    parser.add_argument("--video-clients", type=int, help=argparse.SUPPRESS)  # the child process of step 1
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--clip", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))

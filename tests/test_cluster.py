@@ -1,0 +1,229 @@
+"""Several ``vigil serve`` processes as one cluster through a real ``redis-server``, with a real RTSP camera:
+placement, cluster-wide listings, takeover after SIGKILL, drain (CLI and SIGTERM), and Redis going away."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.support.browser import VigilProcess
+from tests.support.cluster import get_json, node_config, owner_of, results_flow
+from tests.support.redis_server import RedisServer
+from tests.support.rtsp import RtspCamera
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+HEARTBEAT_S, LEASE_S = 0.5, 2.0
+RECONNECT_MAX_S = 1.0
+# A source must be running again within its lease + one pass + the camera's reconnect; the rest is margin for
+# a loaded 2-core machine (process start-up is not part of it: the nodes are already up).
+BOUND_S = LEASE_S + HEARTBEAT_S + RECONNECT_MAX_S + 12.0
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path) as server:
+        yield server
+
+
+@pytest.fixture
+def camera() -> Iterator[RtspCamera]:
+    with RtspCamera(fps=10) as cam:
+        yield cam
+
+
+@pytest.fixture
+async def start_nodes(redis: RedisServer, tmp_path: Path) -> AsyncIterator[Any]:
+    started: list[VigilProcess] = []
+
+    async def start(*names: str) -> list[VigilProcess]:
+        nodes = [VigilProcess(tmp_path, node_config(redis.url, name, tmp_path, heartbeat_s=HEARTBEAT_S,
+                                                    lease_s=LEASE_S, reconnect_max_s=RECONNECT_MAX_S))
+                 for name in names]
+        await asyncio.gather(*(asyncio.to_thread(node.start) for node in nodes))
+        started.extend(nodes)
+        return nodes
+
+    yield start
+    for node in started:
+        node.stop()
+
+
+async def _metrics(http: aiohttp.ClientSession, node: VigilProcess) -> str:
+    async with http.get(f"{node.url}/metrics") as response:
+        return await response.text()
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+async def _listings_agree(http: aiohttp.ClientSession, nodes: list[VigilProcess]) -> list[tuple[str, str]]:
+    views = []
+    for node in nodes:
+        listing = await get_json(http, f"{node.url}/api/sources")
+        assert listing["partial"] is False
+        views.append(sorted((s["id"], s["node"]) for s in listing["sources"]))
+    assert all(view == views[0] for view in views), views
+    return views[0]
+
+
+async def test_a_source_survives_its_nodes_death_and_moves_on_drain(start_nodes, camera: RtspCamera):
+    a, b, c = await start_nodes("a", "b", "c")
+    async with aiohttp.ClientSession() as http:
+        nodes = (await get_json(http, f"{b.url}/api/cluster/nodes"))["nodes"]
+        assert sorted(n["id"] for n in nodes) == ["a", "b", "c"]
+        async with http.post(f"{a.url}/api/sources", json={"url": camera.url, "name": "door"}) as response:
+            created = await response.json()
+            assert response.status == 201, created
+        source_id = created["id"]
+        owner_name, owner = await owner_of(http, [a, b, c], source_id, timeout=BOUND_S)
+        await results_flow(http, owner, source_id, timeout=BOUND_S)
+        deadline = time.monotonic() + 5
+        while True:  # every node's list shows the one source on its node (snapshots are one heartbeat old)
+            try:
+                assert await _listings_agree(http, [a, b, c]) == [(source_id, owner_name)]
+                break
+            except AssertionError:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.2)
+        # Asking a node that does not run it for its results says where it runs.
+        other = next(node for node in (a, b, c) if node is not owner)
+        async with http.get(f"{other.url}/api/sources/{source_id}/scene") as response:
+            assert response.status == 409 and owner_name in (await response.json())["error"]["message"]
+        remote = await get_json(http, f"{other.url}/api/sources/{source_id}")
+        assert remote["node"] == owner_name and remote["name"] == "door" and camera.url in remote["location"]
+
+        # SIGKILL the owner: another node takes the source over within the bound.
+        killed_at = time.monotonic()
+        owner.process.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+        owner.process.wait()  # type: ignore[union-attr]
+        survivors = [node for node in (a, b, c) if node is not owner]
+        second_name, second = await owner_of(http, survivors, source_id, not_on=owner_name, timeout=BOUND_S)
+        await results_flow(http, second, source_id, timeout=BOUND_S)
+        assert time.monotonic() - killed_at < BOUND_S
+        assert await _listings_agree(http, survivors) == [(source_id, second_name)]
+        assert _metric(await _metrics(http, second), 'vigil_cluster_sources_taken_total{reason="takeover"}') == 1
+
+        # Drain the new owner with the CLI: the last node takes over, with no gap longer than the bound.
+        drained_at = time.monotonic()
+        done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "server.cli", "drain", "--url",
+                                                        second.url], cwd=REPO_ROOT, capture_output=True, text=True,
+                                       timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["handed_over"] == [source_id]
+        third_name, third = await owner_of(http, survivors, source_id, not_on=second_name, timeout=BOUND_S)
+        await results_flow(http, third, source_id, timeout=BOUND_S)
+        assert time.monotonic() - drained_at < BOUND_S
+        # A draining node takes nothing new: a source created through it goes elsewhere.
+        async with http.post(f"{second.url}/api/sources", json={"url": camera.url}) as response:
+            assert response.status == 201
+            assert (await response.json())["node"] == third_name
+        # DELETE through any node stops it where it runs.
+        async with http.delete(f"{second.url}/api/sources/{source_id}") as response:
+            assert response.status == 204
+        deadline = time.monotonic() + 10
+        while source_id in [s["id"] for s in (await get_json(http, f"{third.url}/api/sources"))["sources"]]:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.2)
+
+
+async def test_sigterm_hands_sources_over_before_exit(start_nodes, camera: RtspCamera):
+    a, b = await start_nodes("a", "b")
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{b.url}/api/sources", json={"url": camera.url}) as response:
+            source_id = (await response.json())["id"]
+        owner_name, owner = await owner_of(http, [a, b], source_id, timeout=BOUND_S)
+        other_name, other = ("b", b) if owner_name == "a" else ("a", a)
+        stopped_at = time.monotonic()
+        owner.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        assert await asyncio.to_thread(owner.process.wait, 60) == 0  # type: ignore[union-attr]
+        # The hand-over happened before exit: the source already holds a lease on the other node.
+        listing = await get_json(http, f"{other.url}/api/sources")
+        assert [(s["id"], s["node"]) for s in listing["sources"]] == [(source_id, other_name)]
+        await owner_of(http, [other], source_id, timeout=BOUND_S)
+        await results_flow(http, other, source_id, timeout=BOUND_S)
+        assert time.monotonic() - stopped_at < BOUND_S
+
+
+async def test_redis_down_keeps_sources_refuses_placements_and_rejoins(start_nodes, redis: RedisServer,
+                                                                       camera: RtspCamera):
+    a, b = await start_nodes("a", "b")
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{a.url}/api/sources", json={"url": camera.url}) as response:
+            source_id = (await response.json())["id"]
+        owner_name, owner = await owner_of(http, [a, b], source_id, timeout=BOUND_S)
+        redis.stop()
+        await asyncio.sleep(LEASE_S + 2 * HEARTBEAT_S)  # leases and heartbeats have lapsed by now
+        # Still serving what it has.
+        await results_flow(http, owner, source_id, timeout=BOUND_S)
+        for node in (a, b):
+            async with http.post(f"{node.url}/api/sources", json={"url": camera.url}) as response:
+                assert response.status == 503
+                error = (await response.json())["error"]
+                assert error["code"] == "cluster_unavailable" and "Redis" in error["message"]
+            listing = await get_json(http, f"{node.url}/api/sources")
+            assert listing["partial"] is True
+            assert _metric(await _metrics(http, node), "vigil_cluster_redis_up") == 0
+            expected = [(source_id, owner_name)] if node is owner else []
+            assert [(s["id"], s["node"]) for s in listing["sources"]] == expected
+        # Redis comes back empty (no persistence): the nodes rejoin and re-assert what they run.
+        await asyncio.to_thread(redis.start)
+        deadline = time.monotonic() + 20
+        while True:
+            other = b if owner is a else a
+            listing = await get_json(http, f"{other.url}/api/sources")
+            if not listing["partial"] and [(s["id"], s["node"]) for s in listing["sources"]] == [
+                    (source_id, owner_name)]:
+                break
+            assert time.monotonic() < deadline, listing
+            await asyncio.sleep(0.2)
+        async with http.post(f"{b.url}/api/sources", json={"url": camera.url}) as response:
+            assert response.status == 201, await response.text()
+        await results_flow(http, owner, source_id, timeout=BOUND_S)
+        assert sorted(n["id"] for n in (await get_json(http, f"{a.url}/api/cluster/nodes"))["nodes"]) == ["a", "b"]
+
+
+async def test_sessions_are_listed_cluster_wide_and_stay_where_they_were_answered(start_nodes):
+    from server.client import VigilClient
+    from server.ice import restrict_host_addresses
+
+    restrict_host_addresses(["127.0.0.1"])  # this process's aiortc client, like the nodes, offers loopback
+    a, b = await start_nodes("a", "b")
+    client = VigilClient(a.url)
+    await client.connect()
+    try:
+        async with aiohttp.ClientSession() as http:
+            deadline = time.monotonic() + 10
+            while True:  # b learns of a's session from a's next heartbeat
+                listing = await get_json(http, f"{b.url}/api/sessions")
+                if [(s["id"], s["node"]) for s in listing["sessions"]] == [(client.session_id, "a")]:
+                    break
+                assert time.monotonic() < deadline, listing
+                await asyncio.sleep(0.1)
+            one = await get_json(http, f"{b.url}/api/sessions/{client.session_id}")
+            assert one["node"] == "a" and one["connection_state"] == "connected"
+            local = await get_json(http, f"{a.url}/api/sessions")
+            assert [(s["id"], s["node"]) for s in local["sessions"]] == [(client.session_id, "a")]
+            nodes = {n["id"]: n for n in (await get_json(http, f"{b.url}/api/cluster/nodes"))["nodes"]}
+            deadline = time.monotonic() + 10
+            while nodes["a"]["load"]["sessions"] != 1:
+                assert time.monotonic() < deadline, nodes
+                await asyncio.sleep(0.2)
+                nodes = {n["id"]: n for n in (await get_json(http, f"{b.url}/api/cluster/nodes"))["nodes"]}
+            assert nodes["b"]["load"]["sessions"] == 0
+            assert {"cpu", "analysed_fps", "sources"} <= nodes["a"]["load"].keys()
+    finally:
+        await client.close()
