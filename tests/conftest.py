@@ -41,6 +41,12 @@ class RunningServer:
     url: str
     app: web.Application
     settings: Settings
+    runner: web.AppRunner | None = None
+
+    async def stop(self) -> None:
+        """Stop this server now, as a shutdown would (e.g. to start another on the same data)."""
+        if self.runner is not None and self.runner.server is not None:
+            await self.runner.cleanup()
 
     @property
     def sessions(self) -> Any:
@@ -66,6 +72,7 @@ async def vigil(clip_dir: Path) -> AsyncIterator[Callable[..., Any]]:
             "sessions": {"metrics_interval_s": 0.5},
             "models": {"detector": {"backend": "none"}},  # tests that need a detector ask for one
             "voice": {"enabled": False},  # ... and the voice loop
+            "memory": {"enabled": False},  # ... and memory (tests that use it give it a data_dir)
             "grpc": {"port": 0},  # any free port: tests may run several servers at once
         }
         for section, values in overrides.items():
@@ -82,8 +89,9 @@ async def vigil(clip_dir: Path) -> AsyncIterator[Callable[..., Any]]:
         await site.start()
         runners.append(runner)
         port = runner.addresses[0][1]
-        return RunningServer(f"http://127.0.0.1:{port}", app, settings)
+        return RunningServer(f"http://127.0.0.1:{port}", app, settings, runner)
 
     yield start
     for runner in runners:
-        await runner.cleanup()
+        if runner.server is not None:  # not stopped by the test already
+            await runner.cleanup()

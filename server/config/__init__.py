@@ -24,6 +24,7 @@ from server.config.api import DEFAULT_SYSTEM_TEMPLATE, ApiKey, ApiSettings, Rate
 from server.config.auth import AuthSettings
 from server.config.base import REPO_ROOT, Section
 from server.config.grpc import GrpcSettings
+from server.config.memory import MemorySettings
 from server.config.models import (
     DetectorModel,
     LlmModel,
@@ -45,7 +46,8 @@ from server.config.webrtc import IceServer, WebRTCSettings
 
 __all__ = [
     "DEFAULT_SYSTEM_TEMPLATE", "REPO_ROOT", "ApiKey", "ApiSettings", "AuthSettings", "ConfigError", "DetectorModel",
-    "GrpcSettings", "IceServer", "LlmModel", "LlmRouting", "LlmUpstream", "ModelsSettings", "RateLimit",
+    "GrpcSettings", "IceServer", "LlmModel", "LlmRouting", "LlmUpstream", "MemorySettings", "ModelsSettings",
+    "RateLimit",
     "RedisSettings", "Section", "ServerSettings", "SessionLimits", "Settings", "SourcesSettings", "SpeechSettings",
     "SttModel", "TranscriptionSettings", "TtsModel", "VideoSettings", "VoiceSettings", "WebRTCSettings",
     "load_settings",
@@ -70,6 +72,7 @@ class Settings(BaseSettings):
     transcription: TranscriptionSettings = TranscriptionSettings()
     speech: SpeechSettings = SpeechSettings()
     grpc: GrpcSettings = GrpcSettings()
+    memory: MemorySettings = MemorySettings()
 
     @field_validator("sources")
     @classmethod
