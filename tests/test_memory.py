@@ -15,6 +15,7 @@ from pipelines.memory.entries import MemoryEntry
 from server.memory import MEMORY
 from tests.support.audio import silence, speech
 from tests.support.media import sliding_person
+from tests.support.milvus_server import MilvusServer
 from tests.test_voice_loop import VOICE, VoiceCall, _session_loop
 
 SENTENCE = "The red bicycle is locked next to the bakery."
@@ -166,3 +167,24 @@ async def test_search_needs_the_api_token(vigil, tmp_path: Path, token: str):
         async with http.get(f"{server.url}/api/search", params={"q": "van"},
                             headers={"Authorization": f"Bearer {token}"}) as response:
             assert response.status == 200, await response.text()
+
+
+async def test_a_milvus_server_by_uri_serves_the_same_search(vigil, tmp_path: Path):
+    with MilvusServer(tmp_path / "milvus") as milvus:
+        server = await vigil(memory=_memory(tmp_path, uri=milvus.uri))
+        index = server.app[MEMORY]
+        now = time.time()
+        await index.add_now([
+            MemoryEntry("transcript", "The red bicycle is locked next to the bakery.", "cam1", "cam1", 2.0, now),
+            MemoryEntry("event", "car (track 4) entered zone 'driveway'", "cam1", "cam1", 3.0, now),
+            MemoryEntry("scene", "The camera currently sees 1 dog.", "cam2", "cam2", 4.0, now),
+        ])
+        assert not (tmp_path / "memory" / "vectors.db").exists()  # nothing embedded: the vectors are remote
+        async with aiohttp.ClientSession() as http:
+            status, found = await _search(http, server.url, q="where is the bicycle", mode="vector")
+            assert status == 200 and "bicycle" in found["results"][0]["text"], found
+            status, found = await _search(http, server.url, q="pet animal", mode="vector", source="cam2")
+            assert [r["text"] for r in found["results"]] == ["The camera currently sees 1 dog."], found
+        await server.stop()
+        # The vectors live in the server's own directory.
+        assert any((tmp_path / "milvus").iterdir())
