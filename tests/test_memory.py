@@ -188,3 +188,77 @@ async def test_a_milvus_server_by_uri_serves_the_same_search(vigil, tmp_path: Pa
         await server.stop()
         # The vectors live in the server's own directory.
         assert any((tmp_path / "milvus").iterdir())
+
+
+MANUAL = """# Depot handbook
+
+## Opening hours
+The depot opens at seven in the morning and closes at six in the evening, Monday to Saturday.
+
+## Deliveries
+Drivers unload at bay three. Pallets wider than one metre go to bay five, next to the cold store.
+
+## Side gate
+The side gate at the Harbour Street depot opens with the code 4817. Close it behind you after dark.
+
+## Fire safety
+Extinguishers hang beside every exit. The assembly point is the car park across the road.
+"""
+
+
+async def test_a_document_collection_answers_chat_questions_and_deletes_cleanly(vigil, tmp_path: Path):
+    documents = {"chunk_chars": 200, "chunk_overlap_chars": 40, "max_document_bytes": 4096}
+    server = await vigil(memory=_memory(tmp_path, documents=documents))
+    base = f"{server.url}/api/collections/handbook/documents"
+    async with aiohttp.ClientSession() as http:
+        async with http.post(base, json={"name": "depot.md", "text": MANUAL}) as response:
+            created = await response.json()
+            assert response.status == 201, created
+        assert created["chunks"] >= 4
+        async with http.post(f"{base}?name=notes.txt", data="Bay five is for wide pallets only.",
+                             headers={"Content-Type": "text/plain"}) as response:
+            assert response.status == 201, await response.text()
+        async with http.get(base) as response:
+            listed = await response.json()
+        assert [d["name"] for d in listed["documents"]] == ["depot.md", "notes.txt"]
+
+        question = {"model": "smollm2-135m-instruct", "max_tokens": 24, "temperature": 0,
+                    "messages": [{"role": "user", "content": "What is the code for the side gate on Harbour Street?"}],
+                    "vigil": {"collection": "handbook"}}
+        async with http.post(f"{server.url}/v1/chat/completions", json=question) as response:
+            answer = await response.json()
+            assert response.status == 200, answer
+        sources = answer["vigil"]["sources"]
+        assert "4817" in sources[0]["text"] and sources[0]["name"] == "depot.md", sources
+        assert sources[0]["document_id"] == created["id"] and answer["vigil"]["prompt"]["dropped_documents"] == 0
+
+        # Bad input: a collection that has nothing, a malformed extension, a document over the limit, no body.
+        async with http.post(f"{server.url}/v1/chat/completions",
+                             json={**question, "vigil": {"collection": "nothing-here"}}) as response:
+            assert response.status == 404, await response.text()
+        async with http.post(f"{server.url}/v1/chat/completions", json={**question, "vigil": "handbook"}) as response:
+            assert response.status == 400, await response.text()
+        async with http.post(base, json={"name": "big.md", "text": "word " * 2000}) as response:
+            assert (response.status, (await response.json())["error"]["code"]) == (413, "document_too_large")
+        async with http.post(base, json={"name": "empty.md", "text": "   "}) as response:
+            assert response.status == 400, await response.text()
+        async with http.post(base, data=b"\xff\xfe", headers={"Content-Type": "text/plain"}) as response:
+            assert response.status == 400, await response.text()
+        async with http.post(f"{server.url}/api/collections/bad name!/documents", json={"name": "x", "text": "y"}) \
+                as response:
+            assert response.status == 400, await response.text()
+
+        # Deleting the document removes its chunks from the store, the keyword index and the vectors.
+        async with http.get(f"{base}/{created['id']}") as response:
+            detail = await response.json()
+            assert any("4817" in c["text"] for c in detail["content"])
+        async with http.delete(f"{base}/{created['id']}") as response:
+            assert response.status == 204
+        async with http.get(f"{base}/{created['id']}") as response:
+            assert response.status == 404
+        for mode in ("keyword", "vector"):
+            status, found = await _search(http, server.url, q="side gate code", kind="document", mode=mode)
+            assert status == 200 and all(r["document_id"] != created["id"] for r in found["results"]), found
+        async with http.post(f"{server.url}/v1/chat/completions", json=question) as response:
+            answer = await response.json()
+        assert all("4817" not in s["text"] for s in answer["vigil"]["sources"]), answer["vigil"]
