@@ -126,6 +126,7 @@ class SearchResponse(BaseModel):
     query: str
     mode: str
     took_ms: float
+    timings_ms: dict[str, float] = Field(description="Server-side steps: keyword, embed (the query), vector, fetch.")
     results: list[SearchResult]
 
 
@@ -202,9 +203,10 @@ async def search(request: web.Request) -> web.Response:
     settings: Settings = request.app[SETTINGS]
     q, filters, limit, mode = parse_search(dict(request.query), request.query.getall, settings)
     started = time.perf_counter()
-    hits = await index.search(q, filters, limit, mode)
+    timings: dict[str, float] = {}
+    hits = await index.search(q, filters, limit, mode, timings)
     took = round((time.perf_counter() - started) * 1000.0, 2)
-    body = SearchResponse(query=q, mode=mode, took_ms=took, results=[_result(h) for h in hits])
+    body = SearchResponse(query=q, mode=mode, took_ms=took, timings_ms=timings, results=[_result(h) for h in hits])
     return web.json_response(body.model_dump(mode="json"))
 
 

@@ -194,22 +194,43 @@ class MemoryIndex:
 
     # ------------------------------------------------------------------ search
 
-    async def search(self, query: str, filters: SearchFilters, limit: int = 10,
-                     mode: SearchMode = "hybrid") -> list[SearchHit]:
+    async def search(self, query: str, filters: SearchFilters, limit: int = 10, mode: SearchMode = "hybrid",
+                     timings: dict[str, float] | None = None) -> list[SearchHit]:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
-        hits = await loop.run_in_executor(self._readers, self.search_blocking, query, filters, limit, mode)
+        hits = await loop.run_in_executor(self._readers, self.search_blocking, query, filters, limit, mode, timings)
         SEARCH_MS.labels(mode=mode).observe((time.perf_counter() - started) * 1000.0)
         return hits
 
-    def search_blocking(self, query: str, filters: SearchFilters, limit: int,
-                        mode: SearchMode = "hybrid") -> list[SearchHit]:
+    def search_blocking(self, query: str, filters: SearchFilters, limit: int, mode: SearchMode = "hybrid",
+                        timings: dict[str, float] | None = None) -> list[SearchHit]:
+        """``timings`` (when given) receives each step's milliseconds: keyword, embed, vector, fetch."""
         store, embedder, vectors = self._open()
         depth = max(self.candidates, limit)
-        keyword = store.keyword_search(query, filters, depth) if mode != "vector" else []
-        vector = vectors.search(embedder.embed([query])[0], filters, depth) if mode != "keyword" else []
+        clock = time.perf_counter()
+        steps: dict[str, float] = {}
+
+        def lap(step: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            steps[step] = round((now - clock) * 1000.0, 2)
+            clock = now
+
+        keyword: list[int] = []
+        vector: list[int] = []
+        if mode != "vector":
+            keyword = store.keyword_search(query, filters, depth)
+            lap("keyword")
+        if mode != "keyword":
+            query_vector = embedder.embed([query])[0]
+            lap("embed")
+            vector = vectors.search(query_vector, filters, depth)
+            lap("vector")
         fused = reciprocal_rank_fusion([keyword, vector], self.rrf_k)[:limit]
         entries = store.get([entry_id for entry_id, _, _ in fused])
+        lap("fetch")
+        if timings is not None:
+            timings.update(steps)
         return [SearchHit(entries[i], round(score, 6), ranks[0], ranks[1]) for i, score, ranks in fused
                 if i in entries]
 

@@ -38,12 +38,29 @@ def milvus_filter(filters: SearchFilters) -> str:
     return " and ".join(clauses)
 
 
+class _UnimplementedMilvusCalls(logging.Filter):
+    """pymilvus asks every server for AllocTimestamp; Milvus Lite's in-process server does not implement it and
+    grpc logs a traceback per connection. Harmless (pymilvus carries on): keep it out of Vigil's log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], NotImplementedError):
+            tb = record.exc_info[2]
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            return tb is None or not tb.tb_frame.f_code.co_filename.endswith("milvus_pb2_grpc.py")
+        return True
+
+
 class MilvusVectors:
     def __init__(self, uri: str, collection: str, dimension: int, token: str | None = None) -> None:
         from pymilvus import MilvusClient  # deferred: pymilvus imports pandas and grpc (a second)
 
         self.uri, self.collection, self.dimension = uri, collection, dimension
         self.embedded = not uri.startswith(("http://", "https://", "tcp://"))
+        if self.embedded:
+            grpc_log = logging.getLogger("grpc._server")
+            if not any(isinstance(f, _UnimplementedMilvusCalls) for f in grpc_log.filters):
+                grpc_log.addFilter(_UnimplementedMilvusCalls())
         self._client = MilvusClient(uri=uri, token=token or "")
         if not self._client.has_collection(collection):
             self._create()
