@@ -41,5 +41,5 @@ class SearchFilters:
 class SearchHit:
     entry: MemoryEntry
     score: float
-    keyword_rank: int | None = None  # 1-based rank in the keyword list, None when not in it
-    vector_rank: int | None = None
+    keyword_rank: float | None = None  # 1-based rank in the keyword list (ties share one), None when not in it
+    vector_rank: float | None = None

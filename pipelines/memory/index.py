@@ -47,12 +47,14 @@ class VectorIndex(Protocol):
     def close(self) -> None: ...
 
 
-def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: int) -> list[tuple[int, float, list[int | None]]]:
-    """(id, score, 1-based rank in each list or None), best first."""
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[tuple[int, float]]],
+                           k: int) -> list[tuple[int, float, list[float | None]]]:
+    """Each ranking is (id, 1-based rank), best first (tied entries may share a rank). Returns (id, score, rank in
+    each list or None), best first: score = sum of 1 / (k + rank)."""
     scores: dict[int, float] = {}
-    ranks: dict[int, list[int | None]] = {}
+    ranks: dict[int, list[float | None]] = {}
     for list_index, ranking in enumerate(rankings):
-        for rank, entry_id in enumerate(ranking, start=1):
+        for entry_id, rank in ranking:
             scores[entry_id] = scores.get(entry_id, 0.0) + 1.0 / (k + rank)
             ranks.setdefault(entry_id, [None] * len(rankings))[list_index] = rank
     ordered = sorted(scores, key=lambda i: (-scores[i], i))
@@ -216,15 +218,15 @@ class MemoryIndex:
             steps[step] = round((now - clock) * 1000.0, 2)
             clock = now
 
-        keyword: list[int] = []
-        vector: list[int] = []
+        keyword: list[tuple[int, float]] = []
+        vector: list[tuple[int, float]] = []
         if mode != "vector":
             keyword = store.keyword_search(query, filters, depth)
             lap("keyword")
         if mode != "keyword":
             query_vector = embedder.embed([query])[0]
             lap("embed")
-            vector = vectors.search(query_vector, filters, depth)
+            vector = [(i, rank) for rank, i in enumerate(vectors.search(query_vector, filters, depth), start=1)]
             lap("vector")
         fused = reciprocal_rank_fusion([keyword, vector], self.rrf_k)[:limit]
         entries = store.get([entry_id for entry_id, _, _ in fused])

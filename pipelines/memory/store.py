@@ -6,6 +6,7 @@ threads; each thread gets its own connection (WAL lets readers run beside the on
 from __future__ import annotations
 
 import json
+import math
 import re
 import sqlite3
 import threading
@@ -39,11 +40,30 @@ STOPWORDS = frozenset(
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-def keyword_query(text: str, max_terms: int = 32) -> str | None:
-    """An FTS5 query matching any of the text's words (each quoted: no FTS5 syntax gets through), or None."""
+def query_terms(text: str, max_terms: int = 32) -> list[str]:
+    """The text's distinct words that are not stopwords, each quoted for FTS5 (no FTS5 syntax gets through)."""
     words = [w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in STOPWORDS]
-    unique = list(dict.fromkeys(words))[:max_terms]
-    return " OR ".join(f'"{w}"' for w in unique) if unique else None
+    return [f'"{w}"' for w in list(dict.fromkeys(words))[:max_terms]]
+
+
+def keyword_query(text: str, max_terms: int = 32) -> str | None:
+    """An FTS5 query matching any of the text's words, or None."""
+    terms = query_terms(text, max_terms)
+    return " OR ".join(terms) if terms else None
+
+
+def tied_ranks(scores: dict[int, float]) -> list[tuple[int, float]]:
+    """(id, rank), best first; equal scores share the average of the ranks they span (1-based)."""
+    ordered = sorted(scores, key=lambda i: -scores[i])
+    ranked: list[tuple[int, float]] = []
+    start = 0
+    while start < len(ordered):
+        end = start
+        while end + 1 < len(ordered) and abs(scores[ordered[end + 1]] - scores[ordered[start]]) < 1e-9:
+            end += 1
+        ranked += [(i, (start + end) / 2 + 1) for i in ordered[start:end + 1]]
+        start = end + 1
+    return ranked
 
 
 def _where(filters: SearchFilters, alias: str = "e") -> tuple[str, list[object]]:
@@ -129,18 +149,36 @@ class EntryStore:
 
     # ------------------------------------------------------------------ reads
 
-    def keyword_search(self, query: str, filters: SearchFilters, limit: int) -> list[int]:
-        """Ids of the best BM25 matches of the query's words that pass the filters, best first."""
-        match = keyword_query(query)
-        if match is None:
+    def keyword_search(self, query: str, filters: SearchFilters, limit: int) -> list[tuple[int, float]]:
+        """(id, rank) of the best keyword matches of the query's words that pass the filters, best first.
+
+        Candidates come from FTS5's BM25; they are then ranked by which query terms they contain (the sum of those
+        terms' inverse document frequencies), and entries containing the same terms share a rank. BM25 would order
+        them by length, which for one-line entries says nothing: a tie leaves the order to the vector search."""
+        terms = query_terms(query)
+        if not terms:
             return []
+        db = self._db()
         where, params = _where(filters)
-        rows = self._db().execute(
+        candidates = [r[0] for r in db.execute(
             f"SELECT f.rowid FROM entries_fts f JOIN entries e ON e.id = f.rowid "
             f"WHERE entries_fts MATCH ? AND {where} ORDER BY bm25(entries_fts) LIMIT ?",
-            [match, *params, limit],
-        ).fetchall()
-        return [r[0] for r in rows]
+            [" OR ".join(terms), *params, limit],
+        )]
+        if not candidates:
+            return []
+        total = self.count()
+        scores = dict.fromkeys(candidates, 0.0)
+        marks = ",".join("?" * len(candidates))
+        for term in terms:
+            frequency = db.execute("SELECT COUNT(*) FROM entries_fts WHERE entries_fts MATCH ?", (term,)).fetchone()[0]
+            if not frequency:
+                continue
+            idf = math.log((total - frequency + 0.5) / (frequency + 0.5) + 1.0)
+            for (row,) in db.execute(f"SELECT rowid FROM entries_fts WHERE entries_fts MATCH ? AND rowid IN ({marks})",
+                                     [term, *candidates]):
+                scores[row] += idf
+        return tied_ranks(scores)
 
     def get(self, ids: Sequence[int]) -> dict[int, MemoryEntry]:
         if not ids:
