@@ -282,9 +282,30 @@ async def measure(url: str, pairs: list[tuple[str, str]]) -> dict[str, dict[str,
     return results
 
 
+def voice_detector_cost(rounds: int = 2000) -> None:
+    """What memory costs an ordinary voice turn: the rule-based past-question detector (no retrieval runs)."""
+    from pipelines.memory.recall import asks_about_past, rewrite_query
+
+    ordinary = ["How many people do you see?", "Turn the lights on in the kitchen please.",
+                "What colour is the car outside?", "Tell me a short joke about cats."]
+    past = ["What did I tell you about the bicycle earlier?", "When did someone last come to the door?"]
+    assert not any(asks_about_past(t) for t in ordinary) and all(asks_about_past(t) for t in past)
+    started = time.perf_counter()
+    for index in range(rounds):
+        asks_about_past(ordinary[index % len(ordinary)])
+    detect_us = (time.perf_counter() - started) / rounds * 1e6
+    started = time.perf_counter()
+    for index in range(rounds):
+        rewrite_query(past[index % len(past)], [])
+    rewrite_us = (time.perf_counter() - started) / rounds * 1e6
+    print(f"voice loop: past-question detector {detect_us:.1f} us per ordinary turn (nothing else runs); "
+          f"rewrite {rewrite_us:.1f} us per past question, then one hybrid search (below)")
+
+
 async def main(args: argparse.Namespace) -> None:
     print(f"bench.search on {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.1f}; MiniLM-L6 embeddings, "
           f"SQLite FTS5 + Milvus Lite (HNSW) in one data dir, `vigil serve` in its own process")
+    voice_detector_cost()
     pairs = needles(args.questions)
     fillers = filler_texts(args.distinct)
     texts = [fact for fact, _ in pairs] + [text for _, text in fillers]
