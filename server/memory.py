@@ -67,7 +67,8 @@ def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers)
     analyzers.observers.append(observe)
     if config.voice.enabled and analyzers.audio is not None:
         make_audio = analyzers.audio
-        recall = MemoryRecall(index, max_entries=config.voice.max_entries, max_tokens=config.voice.max_tokens)
+        recall = MemoryRecall(index, max_entries=config.voice.max_entries, max_tokens=config.voice.max_tokens,
+                              timeout_s=config.voice.timeout_s)
 
         def audio_with_recall(origin: str) -> Any:
             analyzer = make_audio(origin)

@@ -31,7 +31,8 @@ async def _search(http: aiohttp.ClientSession, url: str, **params: Any) -> tuple
 
 
 async def test_spoken_sentence_is_searchable_and_the_voice_loop_recalls_it(vigil, tmp_path: Path):
-    server = await vigil(voice=VOICE, memory=_memory(tmp_path))
+    # A loaded test machine may take seconds to embed the question: don't let the default 3 s give up on it.
+    server = await vigil(voice=VOICE, memory=_memory(tmp_path, voice={"timeout_s": 60}))
     before = time.time()
     async with VoiceCall(server.url) as call:
         call.mic.say(silence(0.3))

@@ -4,6 +4,7 @@ LLM is too slow to spend a call on rewriting, and rules cost microseconds on ord
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -87,8 +88,9 @@ class MemoryRecall:
 
     KINDS = ("transcript", "event", "scene", "alert")
 
-    def __init__(self, index: MemoryIndex, *, max_entries: int, max_tokens: int) -> None:
+    def __init__(self, index: MemoryIndex, *, max_entries: int, max_tokens: int, timeout_s: float = 3.0) -> None:
         self.index, self.max_entries, self.max_tokens = index, max_entries, max_tokens
+        self.timeout_s = timeout_s
 
     async def __call__(self, text: str, conversation: list[ChatMessage]) -> PromptContext | None:
         if not asks_about_past(text):
@@ -96,7 +98,11 @@ class MemoryRecall:
         started = time.perf_counter()
         query = rewrite_query(text, conversation)
         try:
-            hits = await self.index.search(query, SearchFilters(kinds=self.KINDS), self.max_entries + 2)
+            hits = await asyncio.wait_for(
+                self.index.search(query, SearchFilters(kinds=self.KINDS), self.max_entries + 2), self.timeout_s)
+        except TimeoutError:
+            log.warning("memory retrieval took over %.1f s: answering without memory", self.timeout_s)
+            hits = []
         except Exception:
             log.exception("memory retrieval failed")
             hits = []

@@ -13,6 +13,8 @@ class VoiceMemorySettings(Section):
     enabled: bool = Field(True, description="Let the voice loop answer questions about the past from memory.")
     max_entries: int = Field(5, ge=1, le=50, description="Most remembered entries put into one prompt.")
     max_tokens: int = Field(256, ge=16, description="Prompt budget for remembered entries (their times included).")
+    timeout_s: float = Field(3.0, gt=0, description="A retrieval slower than this is given up: the turn is answered "
+                             "without memory (e.g. while the embedding model is still loading).")
 
 
 class DocumentSettings(Section):
