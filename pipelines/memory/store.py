@@ -10,6 +10,7 @@ import math
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -38,6 +39,8 @@ STOPWORDS = frozenset(
     "what when where which who whom why will with you your".split()
 )
 _WORD = re.compile(r"\w+", re.UNICODE)
+COMMON_TERM_SHARE = 0.05  # a term in more than this share of entries does not pick keyword candidates
+FREQUENCY_TTL_S = 60.0
 
 
 def query_terms(text: str, max_terms: int = 32) -> list[str]:
@@ -89,6 +92,7 @@ class EntryStore:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._frequencies: dict[str, tuple[int, float]] = {}  # term -> (entries containing it, when counted)
         self._db().executescript(_SCHEMA)
 
     def _db(self) -> sqlite3.Connection:
@@ -159,26 +163,45 @@ class EntryStore:
         if not terms:
             return []
         db = self._db()
+        total = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM entries").fetchone()[0])  # ~count, O(log n)
+        frequencies = {term: self._document_frequency(term) for term in terms}
+        terms = [term for term in terms if frequencies[term]]
+        # Terms in a large share of entries ("person", "zone") add little but make FTS5 score most rows: they
+        # still count below, but candidates come from the rarer terms when there are any.
+        rare = [term for term in terms if frequencies[term] <= COMMON_TERM_SHARE * total] or terms
+        if not rare:
+            return []
         where, params = _where(filters)
         candidates = [r[0] for r in db.execute(
             f"SELECT f.rowid FROM entries_fts f JOIN entries e ON e.id = f.rowid "
             f"WHERE entries_fts MATCH ? AND {where} ORDER BY bm25(entries_fts) LIMIT ?",
-            [" OR ".join(terms), *params, limit],
+            [" OR ".join(rare), *params, limit],
         )]
         if not candidates:
             return []
-        total = self.count()
         scores = dict.fromkeys(candidates, 0.0)
         marks = ",".join("?" * len(candidates))
         for term in terms:
-            frequency = db.execute("SELECT COUNT(*) FROM entries_fts WHERE entries_fts MATCH ?", (term,)).fetchone()[0]
-            if not frequency:
-                continue
+            frequency = frequencies[term]
             idf = math.log((total - frequency + 0.5) / (frequency + 0.5) + 1.0)
             for (row,) in db.execute(f"SELECT rowid FROM entries_fts WHERE entries_fts MATCH ? AND rowid IN ({marks})",
                                      [term, *candidates]):
                 scores[row] += idf
         return tied_ranks(scores)
+
+    def _document_frequency(self, term: str) -> int:
+        """Entries containing the (quoted) term; cached for a while, since it changes slowly and counting a
+        common term's entries costs milliseconds at 100k entries."""
+        now = time.monotonic()
+        cached = self._frequencies.get(term)
+        if cached is not None and now - cached[1] < FREQUENCY_TTL_S:
+            return cached[0]
+        count = int(self._db().execute("SELECT COUNT(*) FROM entries_fts WHERE entries_fts MATCH ?",
+                                       (term,)).fetchone()[0])
+        if len(self._frequencies) >= 10_000:
+            self._frequencies.clear()
+        self._frequencies[term] = (count, now)
+        return count
 
     def get(self, ids: Sequence[int]) -> dict[int, MemoryEntry]:
         if not ids:
