@@ -4,6 +4,7 @@ Real models throughout (MiniLM embeddings, Milvus Lite, Whisper, SmolLM2, Piper,
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,14 @@ async def test_a_document_collection_answers_chat_questions_and_deletes_cleanly(
         sources = answer["vigil"]["sources"]
         assert "4817" in sources[0]["text"] and sources[0]["name"] == "depot.md", sources
         assert sources[0]["document_id"] == created["id"] and answer["vigil"]["prompt"]["dropped_documents"] == 0
+        # Streamed: the sources come in the last chunk's vigil field.
+        async with http.post(f"{server.url}/v1/chat/completions",
+                             json={**question, "stream": True, "max_tokens": 8}) as response:
+            assert response.status == 200, await response.text()
+            chunks = [json.loads(line[5:]) for line in (await response.text()).splitlines()
+                      if line.startswith("data:") and line != "data: [DONE]"]
+        streamed = next(c["vigil"]["sources"] for c in chunks if "vigil" in c)
+        assert [s["text"] for s in streamed] == [s["text"] for s in sources]
 
         # Bad input: a collection that has nothing, a malformed extension, a document over the limit, no body.
         async with http.post(f"{server.url}/v1/chat/completions",
