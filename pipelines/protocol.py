@@ -204,6 +204,10 @@ class TurnMetrics(BaseModel):
         "none", description="Streaming prefill: not started, its early LLM request reused, or cancelled and redone."
     )
     prefill_saved_ms: float | None = Field(None, description="How much earlier the reused LLM request started.")
+    memory_retrieval_ms: float | None = Field(
+        None, description="A question about the past: time to rewrite it, search memory and fit the entries."
+    )
+    memory_entries: int | None = Field(None, description="Remembered entries put into the prompt.")
 
 
 class Metrics(ServerMessage):

@@ -277,7 +277,9 @@ async def openapi(request: web.Request) -> web.Response:
     registered = {(route.method, route.resource.canonical) for route in request.app.router.routes()
                   if route.resource is not None}
     documented = [route for route in v1_routes() if (route.method, route.path) in registered]  # as configured
-    return web.json_response(build_openapi([*ROUTES, *event_routes(), *documented]))
+    from server.memory import memory_routes
+
+    return web.json_response(build_openapi([*ROUTES, *event_routes(), *memory_routes(), *documented]))
 
 
 # ---------------------------------------------------------------- the route table

@@ -16,6 +16,7 @@ from server.errors import ApiError, json_errors
 from server.events_api import setup_events_api
 from server.grpc_api.service import setup_grpc
 from server.ice import restrict_host_addresses
+from server.memory import setup_memory
 from server.openai_api import setup_openai_api
 from server.sessions import Analyzers, SessionRegistry
 from server.sources import SourceManager
@@ -54,6 +55,7 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Ap
         app.router.add_static("/static/", settings.server.web_root)
     setup_audio_api(app, settings)  # /v1/audio/...: transcriptions, transcription jobs, speech
     setup_cluster(app, settings)  # cluster.redis_url: before our shutdown, so SIGTERM hands sources over first
+    setup_memory(app, settings, analyzers)  # /api/search, /api/collections; taps sessions, voice recall, chat docs
 
     async def shutdown(app: web.Application) -> None:
         for ws in list(app[WEBSOCKETS]):

@@ -57,6 +57,7 @@ ROLES = {"system", "user", "assistant", "developer"}  # developer: OpenAI's newe
 T = TypeVar("T")
 STAGE_TIMER = web.RequestKey("vigil_stage_timer", StageTimer)
 API_IDENTITY = web.RequestKey("vigil_api_identity", str)  # "key:<name>", "token" or "ip:<address>"
+DOCUMENT_SOURCES = web.RequestKey("vigil_document_sources", list)  # chunks retrieved from a collection
 
 
 # ---------------------------------------------------------------- request bodies
@@ -134,6 +135,9 @@ class ChatApi:
         self._pipeline: ChatPipeline | None = None
         self._loading = asyncio.Lock()
         self._llm_for_test: LanguageModel | None = None
+        # (raw body, chat) -> (chat with retrieved documents, their sources): a document collection (server/memory.py)
+        self.document_retriever: Callable[[dict[str, Any], ChatInput],
+                                          Awaitable[tuple[ChatInput, list[dict[str, Any]]]]] | None = None
 
     def served_models(self) -> list[str]:
         """Model ids clients may ask for. With the router's upstreams: the union of the models each upstream is
@@ -451,8 +455,10 @@ class DisconnectWatcher:
 # ---------------------------------------------------------------- handlers
 
 
-def _vigil_field(plan: ChatPlan, timer: StageTimer) -> dict[str, Any]:
+def _vigil_field(plan: ChatPlan, timer: StageTimer, request: web.Request) -> dict[str, Any]:
     extra: dict[str, Any] = {"cache": plan.cache, "stage_timings_ms": timer.rounded()}
+    if request.get(DOCUMENT_SOURCES):
+        extra["sources"] = request[DOCUMENT_SOURCES]
     if plan.similarity is not None:
         extra["similarity"] = round(plan.similarity, 4)
     if plan.prompt is not None:
@@ -482,6 +488,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         body, raw = await _read_chat_body(request)
         await api.discover_models()
         chat = validate_chat(body, raw, api)
+        if api.document_retriever is not None:
+            chat, request[DOCUMENT_SOURCES] = await api.document_retriever(raw, chat)
     if api.in_flight >= api.settings.api.max_in_flight:
         raise OpenAiApiError(503, "too many requests in flight, try again shortly", type="server_error",
                              code="server_busy", headers={"Retry-After": "1"})
@@ -511,7 +519,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "finish_reason": end.finish_reason,
                          "logprobs": _logprobs_field(token_logprobs) if chat.logprobs else None}],
-            "usage": _usage(end), "vigil": _vigil_field(plan, timer),
+            "usage": _usage(end), "vigil": _vigil_field(plan, timer, request),
         }, headers=headers)
     except ClientDisconnected:
         outcome = "disconnected"
@@ -589,7 +597,7 @@ async def _stream(
                 elif event.text:
                     await response.write(head + json.dumps(event.text, ensure_ascii=False).encode() + tail)
                 return None
-            await response.write(chunk({}, event.finish_reason, vigil=_vigil_field(plan, timer)))
+            await response.write(chunk({}, event.finish_reason, vigil=_vigil_field(plan, timer, request)))
             if include_usage:
                 await response.write(_sse({"id": completion_id, "object": "chat.completion.chunk",
                                            "created": created, "model": chat.model, "choices": [],

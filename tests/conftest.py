@@ -41,7 +41,12 @@ class RunningServer:
     url: str
     app: web.Application
     settings: Settings
-    stop: Callable[[], Any] | None = None  # stop it now (e.g. to restart on the same data), not at teardown
+    runner: web.AppRunner | None = None
+
+    async def stop(self) -> None:
+        """Stop this server now, as a shutdown would (e.g. to start another on the same data)."""
+        if self.runner is not None and self.runner.server is not None:
+            await self.runner.cleanup()
 
     @property
     def sessions(self) -> Any:
@@ -67,6 +72,7 @@ async def vigil(clip_dir: Path, tmp_path: Path) -> AsyncIterator[Callable[..., A
             "sessions": {"metrics_interval_s": 0.5},
             "models": {"detector": {"backend": "none"}},  # tests that need a detector ask for one
             "voice": {"enabled": False},  # ... and the voice loop
+            "memory": {"enabled": False},  # ... and memory (tests that use it give it a data_dir)
             "grpc": {"port": 0},  # any free port: tests may run several servers at once
             "storage": {"data_dir": str(tmp_path / "timeline")},  # each test its own timeline
         }
@@ -84,14 +90,9 @@ async def vigil(clip_dir: Path, tmp_path: Path) -> AsyncIterator[Callable[..., A
         await site.start()
         runners.append(runner)
         port = runner.addresses[0][1]
-
-        async def stop() -> None:
-            if runner in runners:
-                runners.remove(runner)
-                await runner.cleanup()
-
-        return RunningServer(f"http://127.0.0.1:{port}", app, settings, stop)
+        return RunningServer(f"http://127.0.0.1:{port}", app, settings, runner)
 
     yield start
     for runner in runners:
-        await runner.cleanup()
+        if runner.server is not None:  # not stopped by the test already
+            await runner.cleanup()

@@ -9,6 +9,7 @@ import { BarChart, LineChart } from "./charts.js";
 import { SourceLink, WebRtcLink } from "./links.js";
 import { Overlay } from "./overlay.js";
 import { Timeline } from "./timeline.js";
+import { SearchPanel } from "./search.js";
 
 const $ = (id) => document.getElementById(id);
 const RECONNECT_DELAYS_S = [1, 2, 4, 8, 8];
@@ -693,6 +694,12 @@ async function pollStats() {
 // ---------------------------------------------------------------- start
 
 setConnection("idle", "");
+new SearchPanel({
+  api, state, form: $("search-form"), input: $("search-input"), kind: $("search-kind"),
+  results: $("search-results"), player: $("search-clip"),
+  onError: (error) => (error instanceof ApiError && error.unauthorized ? askForToken(error.message)
+    : reportError(error.code, `Search failed: ${error.message}`, { banner: false })),
+});
 listDevices();
 navigator.mediaDevices?.addEventListener?.("devicechange", listDevices);
 checkServer().then((ok) => { if (ok) { refreshSources(); timeline.load(); } });

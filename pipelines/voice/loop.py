@@ -13,6 +13,7 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,18 @@ class VoiceLoopConfig:
     memory_tokens: int = 1024
     temperature: float = 0.0
     silent_track_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class PromptContext:
+    """Extra system-prompt text for one turn (e.g. remembered entries) and the turn metrics it adds."""
+
+    text: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+# Called with the user's text and the conversation so far, before the LLM is prompted; None adds nothing.
+ContextProvider = Callable[[str, list[ChatMessage]], Awaitable[PromptContext | None]]
 
 
 @dataclass
@@ -128,6 +141,7 @@ class VoiceLoop:
         self.output_track.on_silence_after_flush = self._reply_audio_stopped
         self.output_track.on_drained = self._reply_audio_drained
         self.last_request: LlmRequest | None = None  # what the LLM was last asked (tests and debugging)
+        self.context_provider: ContextProvider | None = None  # e.g. memory retrieval (server/memory.py)
         self._pipeline: SessionPipeline | None = None
         self._resample = InputResampler()
         self._vad = VadStream(engine.vad)
@@ -375,10 +389,16 @@ class VoiceLoop:
 
     # ------------------------------------------------------------------ replies
 
-    async def _request(self, text: str) -> LlmRequest:
+    async def _request(self, text: str, turn: _Turn | None = None) -> LlmRequest:
         system = self.config.system_prompt
         if self._pipeline is not None:
             system += "\n\nWhat the camera sees right now: " + self._pipeline.scene.summary()
+        if self.context_provider is not None:
+            context = await self.context_provider(text, list(self._memory))
+            if context is not None:
+                system += "\n\n" + context.text
+                if turn is not None:
+                    turn.metrics.update(context.metrics)
         messages = [ChatMessage("system", system), *self._memory, ChatMessage("user", text)]
         # Trim the oldest exchanges until the prompt fits the memory budget (system and question always stay).
         # count_tokens may ask the model's own tokenizer (blocking): keep it off the event loop.
@@ -388,7 +408,7 @@ class VoiceLoop:
         return LlmRequest(messages, max_tokens=self.config.max_reply_tokens, temperature=self.config.temperature)
 
     async def _reply(self, turn: _Turn, text: str, confirmed: asyncio.Event | None) -> None:
-        request = await self._request(text)
+        request = await self._request(text, turn)
         self.last_request = request
         started = time.perf_counter()
         reply_text = ""

@@ -25,6 +25,7 @@ from server.config.auth import AuthSettings
 from server.config.base import REPO_ROOT, Section
 from server.config.cluster import ClusterSettings
 from server.config.grpc import GrpcSettings
+from server.config.memory import MemorySettings
 from server.config.models import (
     DetectorModel,
     LlmModel,
@@ -46,12 +47,38 @@ from server.config.voice import VoiceSettings
 from server.config.webrtc import IceServer, WebRTCSettings
 
 __all__ = [
-    "DEFAULT_SYSTEM_TEMPLATE", "REPO_ROOT", "ApiKey", "ApiSettings", "AppearRule", "AuthSettings", "ClusterSettings",
+    "DEFAULT_SYSTEM_TEMPLATE",
+    "REPO_ROOT",
+    "ApiKey",
+    "ApiSettings",
+    "AppearRule",
+    "AuthSettings",
+    "ClusterSettings",
     "ConfigError",
-    "DetectorModel", "GrpcSettings", "IceServer", "LlmModel", "LlmRouting", "LlmUpstream", "ModelsSettings",
-    "RateLimit", "RedisSettings", "Section", "ServerSettings", "SessionLimits", "Settings", "SourcesSettings",
-    "SpeechSettings", "StorageSettings", "SttModel", "TranscriptionSettings", "TtsModel", "VideoSettings",
-    "VoiceSettings", "WebRTCSettings", "load_settings",
+    "DetectorModel",
+    "GrpcSettings",
+    "IceServer",
+    "LlmModel",
+    "LlmRouting",
+    "LlmUpstream",
+    "MemorySettings",
+    "ModelsSettings",
+    "RateLimit",
+    "RedisSettings",
+    "Section",
+    "ServerSettings",
+    "SessionLimits",
+    "Settings",
+    "SourcesSettings",
+    "SpeechSettings",
+    "StorageSettings",
+    "SttModel",
+    "TranscriptionSettings",
+    "TtsModel",
+    "VideoSettings",
+    "VoiceSettings",
+    "WebRTCSettings",
+    "load_settings",
 ]
 
 
@@ -75,6 +102,7 @@ class Settings(BaseSettings):
     grpc: GrpcSettings = GrpcSettings()
     storage: StorageSettings = StorageSettings()
     cluster: ClusterSettings = ClusterSettings()
+    memory: MemorySettings = MemorySettings()
 
     @field_validator("sources")
     @classmethod

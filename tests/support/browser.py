@@ -65,6 +65,8 @@ class VigilProcess:
         self.token = token
         self.log_path = workdir / f"vigil-{self.port}.log"
         self.config_path = workdir / f"vigil-{self.port}.yaml"
+        # Memory writes under its data_dir and loads torch on first use: only for tests that configure it.
+        config = {"memory": {"enabled": False}, **config}
         # JSON is valid YAML; the server reads it like any config file.
         self.config_path.write_text(json.dumps(config))
         self.process: subprocess.Popen[bytes] | None = None

@@ -1,0 +1,352 @@
+"""Memory search benchmark: ingestion entries/s, search latency p50/p95 at 10k and 100k entries, and recall@5 of
+hybrid vs keyword-only vs vector-only search on generated paraphrased questions.
+
+The corpus is a generated timeline: 200 "needle" facts among filler entries of every kind (zone events, scene
+summaries, transcripts, replies) that reuse the same names, objects, places and kinds of vehicles. Each needle has
+one question that paraphrases it. Two families, half each: people ("Okafor left the parcel next to the bakery." /
+"Where did Okafor put the package?": the name is the only shared keyword, so keyword search finds everything
+Okafor did, while vector search gets the paraphrase) and vehicles ("Delivery van KX17 ABC waited at dock 4 for 20
+minutes." / "How long did the KX17 ABC van stay at the loading area?": the plate is the shared keyword, which a
+sentence embedding blurs among many similar vans). recall@5 counts questions whose needle is in the top 5.
+
+Real timelines repeat themselves ("person entered zone 'loading bay'" thousands of times), and MiniLM on a shared
+2-core CPU embeds a few dozen texts per second, so the fillers are drawn from a few thousand distinct texts:
+each distinct text is embedded once and cached in ``.cache/bench-search/`` (git-ignored); entries then carry
+different sessions, kinds and times. The index is built in this process through ``MemoryIndex`` with those cached
+vectors (``PrecomputedEmbedderForBench``, the bench's seam); ingestion with real embedding is measured on fresh
+texts separately. Searches are measured where a user meets them: ``GET /api/search`` over HTTP against
+``vigil serve`` in its own process with the default memory config (MiniLM embeds each query there), sequential
+requests; the server's own step timings (``timings_ms``) explain where the time goes.
+
+    nice unshare -n bash -c 'ip link set lo up && .venv/bin/python -m bench.search'
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import random
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import aiohttp
+import numpy as np
+import yaml
+
+from pipelines.memory.entries import MemoryEntry
+from pipelines.memory.index import MemoryIndex
+from pipelines.memory.vectors import MilvusVectors
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".cache" / "bench-search"
+
+NAMES = ("Okafor Lindqvist Moreau Tanaka Silva Novak Haddad Kowalski Brennan Petrov Nakamura Fischer Rossi Duarte "
+         "Ivanova Mensah Larsen Quinn Sato Yilmaz Abara Costa Dubois Eriksen Farouk Galli Horvath Ibsen Jansen Kaur "
+         "Laine Molina Nilsen Oyelaran Park Reyes Sandoval Toivonen Urquhart Varga").split()
+OBJECTS = [("parcel", "package"), ("bicycle", "bike"), ("ladder", "step ladder"), ("toolbox", "tool kit"),
+           ("suitcase", "luggage"), ("keys", "key ring"), ("laptop", "notebook computer"), ("pram", "stroller"),
+           ("wallet", "purse"), ("shopping bags", "groceries"), ("dog lead", "leash"), ("drill", "power tool"),
+           ("crate", "wooden box"), ("umbrella", "parasol"), ("helmet", "crash hat"), ("letters", "post")]
+PLACES = [("shed", "garden hut"), ("bakery", "bread shop"), ("garage", "car port"), ("front door", "entrance"),
+          ("mailbox", "letterbox"), ("side gate", "side entrance"), ("back porch", "rear veranda"),
+          ("recycling bins", "rubbish bins"), ("lift", "elevator"), ("stairwell", "staircase"),
+          ("car park", "parking lot"), ("reception desk", "front desk"), ("loading bay", "delivery dock"),
+          ("bike rack", "cycle stand"), ("fountain", "water feature"), ("kitchen window", "window by the sink")]
+QUESTIONS = ["Where did {name} put the {object}?", "What did {name} drop off by the {place}?",
+             "Did {name} leave a {object} somewhere?", "Which thing of {name}'s is near the {place}?"]
+LABELS = ["person", "car", "dog", "bicycle", "truck", "cat"]
+
+
+def plate(rng: random.Random) -> str:
+    letters = "ABCDEFGHJKLMNPRSTVWXYZ"
+    return (f"{rng.choice(letters)}{rng.choice(letters)}{rng.randint(10, 99)} "
+            f"{''.join(rng.choice(letters) for _ in range(3))}")
+
+
+def needles(count: int = 200) -> list[tuple[str, str]]:
+    """(fact, paraphrased question) pairs in two families, half each. People: every name has several facts,
+    every object and place many; the question shares only the name. Vehicles: number plates (what a camera
+    timeline is full of) that a sentence embedding blurs; the question shares the plate and paraphrases the rest."""
+    rng = random.Random(7)
+    combos = set()
+    pairs = []
+    while len(pairs) < count // 2:
+        van = plate(rng)
+        dock, minutes = rng.randint(1, 9), rng.randint(5, 55)
+        question = rng.choice(["How long did the {p} van stay at the loading area?",
+                               "When was the vehicle {p} unloading?", "Which bay did {p} use?"]).format(p=van)
+        pairs.append((f"Delivery van {van} waited at dock {dock} for {minutes} minutes.", question))
+    while len(pairs) < count:
+        name, (obj, obj_syn), (place, place_syn) = rng.choice(NAMES), rng.choice(OBJECTS), rng.choice(PLACES)
+        if (name, obj) in combos or (name, place) in combos:
+            continue
+        combos |= {(name, obj), (name, place)}
+        question = rng.choice(QUESTIONS).format(name=name, object=obj_syn, place=place_syn)
+        pairs.append((f"{name} left the {obj} next to the {place}.", question))
+    return pairs
+
+
+def filler_texts(count: int) -> list[tuple[str, str]]:
+    """(kind, text) distinct filler entries mentioning the same names, objects and places."""
+    rng = random.Random(11)
+    made: dict[str, str] = {}
+    while len(made) < count:
+        name, (obj, _), (place, _) = rng.choice(NAMES), rng.choice(OBJECTS), rng.choice(PLACES)
+        label, track = rng.choice(LABELS), rng.randint(1, 400)
+        kind, text = rng.choice([
+            ("event", f"{label} (track {track}) entered zone '{place}'"),
+            ("event", f"{label} (track {track}) left zone '{place}' after {rng.randint(1, 90)}.0 s"),
+            ("event", f"{label} (track {track}) crossed line '{place}' going {rng.choice(['in', 'out'])}"),
+            ("scene", f"The camera currently sees {rng.randint(1, 4)} {label}s and 1 {obj}. Zone '{place}' has "
+                      f"{rng.randint(0, 3)} object(s) in it."),
+            ("transcript", f"{name} walked past the {place} this morning."),
+            ("transcript", f"Has anyone seen the {obj}? {name} was asking."),
+            ("transcript", f"{name} called about the {place} at {rng.randint(1, 12)} o'clock."),
+            ("reply", f"I can see {rng.randint(1, 4)} {label}s near the {place} right now."),
+            ("event", f"truck (track {track}) entered zone 'dock {rng.randint(1, 9)}'"),
+            ("transcript", f"Van {plate(rng)} is booked for dock {rng.randint(1, 9)} tomorrow."),
+            ("transcript", f"Delivery van {plate(rng)} left the loading area after {rng.randint(5, 55)} minutes."),
+        ])
+        made.setdefault(text, kind)
+    return [(kind, text) for text, kind in made.items()]
+
+
+def embed_cached(texts: list[str]) -> np.ndarray:
+    """MiniLM vectors of ``texts``, computed once and kept in .cache/bench-search/."""
+    key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+    path = CACHE / f"minilm-{key}.npy"
+    if path.exists():
+        return np.load(path)
+    from models.embeddings import MiniLmEmbedder
+
+    embedder = MiniLmEmbedder()
+    started = time.perf_counter()
+    parts = []
+    for start in range(0, len(texts), 256):
+        parts.append(embedder.embed(texts[start:start + 256]))
+        print(f"  embedded {start + len(parts[-1])}/{len(texts)} distinct texts "
+              f"({(start + len(parts[-1])) / (time.perf_counter() - started):.0f}/s)", flush=True)
+    vectors = np.concatenate(parts)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    np.save(path, vectors)
+    return vectors
+
+
+class PrecomputedEmbedderForBench:
+    """Named seam: looks up the cached MiniLM vector of a corpus text (the index's writes need no model)."""
+
+    name = "all-MiniLM-L6-v2 (cached)"
+    dimension = 384
+
+    def __init__(self, texts: list[str], vectors: np.ndarray) -> None:
+        self._rows = {text: index for index, text in enumerate(texts)}
+        self._vectors = vectors
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return self._vectors[[self._rows[t] for t in texts]]
+
+
+def corpus(size: int, pairs: list[tuple[str, str]], fillers: list[tuple[str, str]]) -> list[MemoryEntry]:
+    rng = random.Random(size)
+    now = time.time()
+    entries = [MemoryEntry("transcript", fact, "cam-needles", "cam-needles", 1.0, now - rng.uniform(0, 86_400))
+               for fact, _ in pairs]
+    for index in range(size - len(entries)):
+        kind, text = fillers[index % len(fillers)] if index < len(fillers) else rng.choice(fillers)
+        source = f"cam{rng.randint(1, 20)}"
+        entries.append(MemoryEntry(kind, text, source, source, rng.uniform(0, 3600), now - rng.uniform(0, 86_400)))
+    rng.shuffle(entries)
+    return entries
+
+
+async def build_index(data_dir: Path, entries: list[MemoryEntry], embedder: PrecomputedEmbedderForBench) -> float:
+    """Index ``entries`` through MemoryIndex.add (batched, as live ingestion does); returns entries/s."""
+    index = MemoryIndex(data_dir, lambda: embedder,
+                        lambda dim: MilvusVectors(str(data_dir / "vectors.db"), "vigil_memory", dim),
+                        queue_max=len(entries) + 1, batch_max=256)
+    index.start()
+    started = time.perf_counter()
+    index.add(entries)
+    await index.flush()
+    rate = len(entries) / (time.perf_counter() - started)
+    await index.close()
+    return rate
+
+
+async def ingestion_with_embedding(data_dir: Path, count: int) -> float:
+    """Fresh texts through the real path: MiniLM embeds each batch, then SQLite and Milvus Lite."""
+    from models.embeddings import MiniLmEmbedder
+
+    embedder = MiniLmEmbedder()
+    embedder.embed(["warm-up"])
+    index = MemoryIndex(data_dir, lambda: embedder,
+                        lambda dim: MilvusVectors(str(data_dir / "vectors.db"), "vigil_memory", dim),
+                        queue_max=count + 1, batch_max=64)
+    index.start()
+    rng = random.Random(3)
+    entries = [MemoryEntry("event", f"{rng.choice(LABELS)} (track {i}) entered zone '{rng.choice(PLACES)[0]}' "
+                                    f"at gate {rng.randint(1, 99)}", "cam1", "cam1", float(i), time.time())
+               for i in range(count)]
+    started = time.perf_counter()
+    index.add(entries)
+    await index.flush()
+    rate = count / (time.perf_counter() - started)
+    await index.close()
+    return rate
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class VigilServe:
+    """``vigil serve`` in its own process, memory on ``data_dir``, nothing else loaded."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.port = free_port()
+        self.config = {"server": {"host": "127.0.0.1", "port": self.port}, "voice": {"enabled": False},
+                       "models": {"detector": {"backend": "none"}}, "grpc": {"port": 0},
+                       "memory": {"data_dir": str(data_dir)}}
+        self._proc: asyncio.subprocess.Process | None = None
+        self._files: list[IO[Any]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> VigilServe:
+        config = tempfile.NamedTemporaryFile("w", suffix=".yaml")
+        yaml.safe_dump(self.config, config)
+        config.flush()
+        log = tempfile.TemporaryFile()
+        self._files = [config, log]
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "server.cli", "serve", "--config", config.name, cwd=REPO, stdout=log, stderr=log)
+        async with aiohttp.ClientSession() as http:
+            for _ in range(600):
+                try:
+                    async with http.get(f"{self.url}/healthz") as response:
+                        if response.status == 200:
+                            return self
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+        log.seek(0)
+        raise RuntimeError(f"vigil serve did not start:\n{log.read().decode()[-3000:]}")
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            await asyncio.wait_for(self._proc.wait(), 60)
+        for handle in self._files:
+            handle.close()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def measure(url: str, pairs: list[tuple[str, str]]) -> dict[str, dict[str, Any]]:
+    """Each mode: client-side latency of every question, recall@5, and the server's median step timings."""
+    results: dict[str, dict[str, Any]] = {}
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{url}/api/search", params={"q": "warm up the query embedder"}) as response:
+            assert response.status == 200, await response.text()
+        for mode in ("keyword", "vector", "hybrid"):
+            latencies, hits, steps = [], {"people": 0, "vehicles": 0}, []
+            for fact, question in pairs:
+                started = time.perf_counter()
+                async with http.get(f"{url}/api/search", params={"q": question, "limit": "5", "mode": mode}) as r:
+                    body = await r.json()
+                latencies.append((time.perf_counter() - started) * 1000.0)
+                family = "vehicles" if fact.startswith("Delivery van") else "people"
+                hits[family] += any(result["text"] == fact for result in body["results"])
+                steps.append(body["timings_ms"])
+            step_names = sorted({name for s in steps for name in s})
+            half = len(pairs) / 2
+            results[mode] = {"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95),
+                             "recall": sum(hits.values()) / len(pairs),
+                             "people": hits["people"] / half, "vehicles": hits["vehicles"] / half,
+                             "steps": {n: statistics.median(s.get(n, 0.0) for s in steps) for n in step_names}}
+    return results
+
+
+def voice_detector_cost(rounds: int = 2000) -> None:
+    """What memory costs an ordinary voice turn: the rule-based past-question detector (no retrieval runs)."""
+    from pipelines.memory.recall import asks_about_past, rewrite_query
+
+    ordinary = ["How many people do you see?", "Turn the lights on in the kitchen please.",
+                "What colour is the car outside?", "Tell me a short joke about cats."]
+    past = ["What did I tell you about the bicycle earlier?", "When did someone last come to the door?"]
+    assert not any(asks_about_past(t) for t in ordinary) and all(asks_about_past(t) for t in past)
+    started = time.perf_counter()
+    for index in range(rounds):
+        asks_about_past(ordinary[index % len(ordinary)])
+    detect_us = (time.perf_counter() - started) / rounds * 1e6
+    started = time.perf_counter()
+    for index in range(rounds):
+        rewrite_query(past[index % len(past)], [])
+    rewrite_us = (time.perf_counter() - started) / rounds * 1e6
+    print(f"voice loop: past-question detector {detect_us:.1f} us per ordinary turn (nothing else runs); "
+          f"rewrite {rewrite_us:.1f} us per past question, then one hybrid search (below)")
+
+
+async def main(args: argparse.Namespace) -> None:
+    print(f"bench.search on {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.1f}; MiniLM-L6 embeddings, "
+          f"SQLite FTS5 + Milvus Lite (HNSW) in one data dir, `vigil serve` in its own process")
+    voice_detector_cost()
+    pairs = needles(args.questions)
+    fillers = filler_texts(args.distinct)
+    texts = [fact for fact, _ in pairs] + [text for _, text in fillers]
+    vectors = embed_cached(texts)
+    embedder = PrecomputedEmbedderForBench(texts, vectors)
+    root = Path(tempfile.mkdtemp(prefix="vigil-bench-search-"))
+    try:
+        rate = await ingestion_with_embedding(root / "ingest", args.ingest)
+        print(f"\ningestion, MiniLM embedding included ({args.ingest} new entries, batches of 64): "
+              f"{rate:,.0f} entries/s")
+        rows = []
+        for size in args.sizes:
+            data_dir = root / f"n{size}"
+            write_rate = await build_index(data_dir, corpus(size, pairs, fillers), embedder)
+            print(f"ingestion, vectors precomputed ({size:,} entries: SQLite + FTS5 + Milvus Lite): "
+                  f"{write_rate:,.0f} entries/s", flush=True)
+            async with VigilServe(data_dir) as server:
+                rows.append((size, await measure(server.url, pairs)))
+        print(f"\nGET /api/search, {len(pairs)} paraphrased questions, sequential, limit 5 (client-side ms; goal: "
+              f"p95 < 50 ms at 100k; recall@5: hybrid above both)")
+        print(f"{'entries':>9} {'mode':>8} {'p50 ms':>8} {'p95 ms':>8} {'recall@5':>9} {'people':>7} "
+              f"{'vehicles':>9}   server median steps ms")
+        for size, results in rows:
+            for mode, r in results.items():
+                steps = ", ".join(f"{k} {v:.1f}" for k, v in r["steps"].items())
+                print(f"{size:>9,} {mode:>8} {r['p50']:>8.1f} {r['p95']:>8.1f} {r['recall']:>9.2f} "
+                      f"{r['people']:>7.2f} {r['vehicles']:>9.2f}   {steps}")
+            best_single = max(results["keyword"]["recall"], results["vector"]["recall"])
+            print(f"{'':>9} hybrid recall / best single method: {results['hybrid']['recall'] / best_single:.2f}x")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--questions", type=int, default=200, help="needle facts, one paraphrased question each")
+    parser.add_argument("--distinct", type=int, default=3000, help="distinct filler texts (embedded once)")
+    parser.add_argument("--ingest", type=int, default=500, help="fresh entries for the embedding ingestion rate")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))

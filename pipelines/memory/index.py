@@ -1,0 +1,256 @@
+"""``MemoryIndex``: the one ingestion interface (``add``) and hybrid search over what sessions saw and heard.
+
+Ingestion never blocks the caller: ``add`` puts entries on a bounded queue (a full queue refuses and counts
+them), one task takes them in batches and a writer thread stores each batch in SQLite first (the record: nothing
+stored is lost), then embeds it and adds the vectors. Entries whose vectors never made it (a crash in between)
+are embedded again when the index next opens. Models and the vector index load lazily, on the first entry or
+search, so a server that never uses its memory never pays for torch.
+
+Search: keyword (SQLite FTS5, BM25) and vector (MiniLM + Milvus) candidates under the same filters, fused by
+reciprocal rank: score = sum over the lists an entry is in of 1 / (rrf_k + rank).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal, Protocol
+
+import numpy as np
+from prometheus_client import Counter, Gauge, Histogram
+
+from models.embeddings import TextEmbedder
+from pipelines.memory.entries import MemoryEntry, SearchFilters, SearchHit
+from pipelines.memory.store import EntryStore
+
+log = logging.getLogger(__name__)
+
+SearchMode = Literal["hybrid", "keyword", "vector"]
+
+ENTRIES = Counter("vigil_memory_entries_total", "Entries indexed in memory, by kind.", ["kind"])
+DROPPED = Counter("vigil_memory_dropped_total", "Entries refused because the memory's queue was full.")
+FAILED = Counter("vigil_memory_failed_total", "Entries whose embedding or vector write failed (retried on open).")
+QUEUED = Gauge("vigil_memory_queue_entries", "Entries waiting to be embedded.")
+SEARCH_MS = Histogram("vigil_memory_search_ms", "Memory search time (embedding the query included), ms.",
+                      ["mode"], buckets=(2, 5, 10, 20, 35, 50, 75, 100, 200, 500, 1000, 2500))
+
+
+class VectorIndex(Protocol):
+    def add(self, entries: Sequence[MemoryEntry], vectors: np.ndarray) -> None: ...
+    def search(self, vector: np.ndarray, filters: SearchFilters, limit: int) -> list[int]: ...
+    def delete(self, ids: Sequence[int]) -> None: ...
+    def close(self) -> None: ...
+
+
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[tuple[int, float]]],
+                           k: int) -> list[tuple[int, float, list[float | None]]]:
+    """Each ranking is (id, 1-based rank), best first (tied entries may share a rank). Returns (id, score, rank in
+    each list or None), best first: score = sum of 1 / (k + rank)."""
+    scores: dict[int, float] = {}
+    ranks: dict[int, list[float | None]] = {}
+    for list_index, ranking in enumerate(rankings):
+        for entry_id, rank in ranking:
+            scores[entry_id] = scores.get(entry_id, 0.0) + 1.0 / (k + rank)
+            ranks.setdefault(entry_id, [None] * len(rankings))[list_index] = rank
+    ordered = sorted(scores, key=lambda i: (-scores[i], i))
+    return [(i, scores[i], ranks[i]) for i in ordered]
+
+
+class MemoryIndex:
+    def __init__(
+        self,
+        data_dir: Path,
+        embedder: Callable[[], TextEmbedder],
+        vectors: Callable[[int], VectorIndex],
+        *,
+        queue_max: int = 10_000,
+        batch_max: int = 64,
+        candidates: int = 50,
+        rrf_k: int = 60,
+    ) -> None:
+        """``embedder`` and ``vectors`` (given the embedding dimension) are factories, called on first use."""
+        self.data_dir = Path(data_dir)
+        self._embedder_factory, self._vectors_factory = embedder, vectors
+        self._batch_max, self.candidates, self.rrf_k = batch_max, candidates, rrf_k
+        self._queue: asyncio.Queue[MemoryEntry] = asyncio.Queue(queue_max)
+        self._writer = ThreadPoolExecutor(1, "memory-write")
+        self._readers = ThreadPoolExecutor(2, "memory-read")
+        self._open_lock = threading.Lock()
+        self._store: EntryStore | None = None
+        self._embedder: TextEmbedder | None = None
+        self._vectors: VectorIndex | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self.dropped = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if self._worker is None:
+            self._worker = asyncio.create_task(self._drain(), name="memory:ingest")
+
+    async def close(self) -> None:
+        """Index what was accepted, then release the store, the vector index and the threads."""
+        if self._worker is not None:
+            try:
+                await asyncio.wait_for(self._queue.join(), timeout=30.0)
+            except TimeoutError:
+                log.warning("memory: %d entries not indexed at shutdown", self._queue.qsize())
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
+            self._worker = None
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._writer, self._release)
+        self._writer.shutdown(wait=False)
+        self._readers.shutdown(wait=False)
+
+    def _release(self) -> None:
+        with self._open_lock:
+            if self._vectors is not None:
+                self._vectors.close()
+            if self._store is not None:
+                self._store.close()
+            self._vectors = self._store = None
+
+    def _open(self) -> tuple[EntryStore, TextEmbedder, VectorIndex]:
+        with self._open_lock:
+            if self._store is None or self._embedder is None or self._vectors is None:
+                started = time.perf_counter()
+                self.data_dir.mkdir(parents=True, exist_ok=True)
+                store = EntryStore(self.data_dir / "entries.sqlite3")
+                embedder = self._embedder or self._embedder_factory()
+                self._vectors = self._vectors_factory(embedder.dimension)
+                self._store, self._embedder = store, embedder
+                log.info("memory opened in %.1f s: %d entries in %s", time.perf_counter() - started, store.count(),
+                         self.data_dir)
+                self._reindex(store, embedder, self._vectors)
+            return self._store, self._embedder, self._vectors
+
+    def _reindex(self, store: EntryStore, embedder: TextEmbedder, vectors: VectorIndex) -> None:
+        while batch := store.unindexed(self._batch_max):
+            vectors.add(batch, embedder.embed([e.text for e in batch]))
+            store.mark_indexed([e.id for e in batch if e.id is not None])
+            log.info("memory: re-embedded %d entries that had no vector", len(batch))
+
+    # ------------------------------------------------------------------ ingestion
+
+    def add(self, entries: Sequence[MemoryEntry]) -> int:
+        """Queue entries for indexing without waiting; returns how many were accepted (the rest are counted)."""
+        accepted = 0
+        for entry in entries:
+            if not entry.text.strip():
+                continue
+            try:
+                self._queue.put_nowait(entry)
+            except asyncio.QueueFull:
+                self.dropped += 1
+                DROPPED.inc()
+                if self.dropped == 1 or self.dropped % 1000 == 0:
+                    log.error("memory queue full (%d entries): %d entries refused so far", self._queue.maxsize,
+                              self.dropped)
+                continue
+            accepted += 1
+        QUEUED.set(self._queue.qsize())
+        return accepted
+
+    async def add_now(self, entries: Sequence[MemoryEntry]) -> list[int]:
+        """Index entries before returning (documents: the client waits for its upload to be searchable)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._writer, self._write, list(entries))
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is indexed."""
+        await self._queue.join()
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < self._batch_max and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                await loop.run_in_executor(self._writer, self._write, batch)
+            except Exception:
+                log.exception("memory: indexing %d entries failed", len(batch))
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+                QUEUED.set(self._queue.qsize())
+
+    def _write(self, entries: list[MemoryEntry]) -> list[int]:
+        store, embedder, vectors = self._open()
+        ids = store.add(entries)  # the record first: a failure below is repaired on the next open
+        try:
+            vectors.add(entries, embedder.embed([e.text for e in entries]))
+        except Exception:
+            FAILED.inc(len(entries))
+            raise
+        store.mark_indexed(ids)
+        for entry in entries:
+            ENTRIES.labels(kind=entry.kind).inc()
+        return ids
+
+    # ------------------------------------------------------------------ search
+
+    async def search(self, query: str, filters: SearchFilters, limit: int = 10, mode: SearchMode = "hybrid",
+                     timings: dict[str, float] | None = None) -> list[SearchHit]:
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        hits = await loop.run_in_executor(self._readers, self.search_blocking, query, filters, limit, mode, timings)
+        SEARCH_MS.labels(mode=mode).observe((time.perf_counter() - started) * 1000.0)
+        return hits
+
+    def search_blocking(self, query: str, filters: SearchFilters, limit: int, mode: SearchMode = "hybrid",
+                        timings: dict[str, float] | None = None) -> list[SearchHit]:
+        """``timings`` (when given) receives each step's milliseconds: keyword, embed, vector, fetch."""
+        store, embedder, vectors = self._open()
+        depth = max(self.candidates, limit)
+        clock = time.perf_counter()
+        steps: dict[str, float] = {}
+
+        def lap(step: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            steps[step] = round((now - clock) * 1000.0, 2)
+            clock = now
+
+        keyword: list[tuple[int, float]] = []
+        vector: list[tuple[int, float]] = []
+        if mode != "vector":
+            keyword = store.keyword_search(query, filters, depth)
+            lap("keyword")
+        if mode != "keyword":
+            query_vector = embedder.embed([query])[0]
+            lap("embed")
+            vector = [(i, rank) for rank, i in enumerate(vectors.search(query_vector, filters, depth), start=1)]
+            lap("vector")
+        fused = reciprocal_rank_fusion([keyword, vector], self.rrf_k)[:limit]
+        entries = store.get([entry_id for entry_id, _, _ in fused])
+        lap("fetch")
+        if timings is not None:
+            timings.update(steps)
+        return [SearchHit(entries[i], round(score, 6), ranks[0], ranks[1]) for i, score, ranks in fused
+                if i in entries]
+
+    async def documents(self, collection: str) -> list[dict[str, object]]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, lambda: self._open()[0].documents(collection))
+
+    async def document_chunks(self, document_id: str) -> list[MemoryEntry]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, lambda: self._open()[0].document_chunks(document_id))
+
+    async def delete_document(self, document_id: str) -> int:
+        """Remove a document's chunks from the store and the vector index; returns how many there were."""
+        def delete() -> int:
+            store, _, vectors = self._open()
+            ids = store.delete_document(document_id)
+            vectors.delete(ids)
+            return len(ids)
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._writer, delete)

@@ -1,0 +1,117 @@
+"""Voice-loop memory: notice a question about the past, rewrite it with the conversation's context, search
+memory, and fit the best entries (with their times) into the prompt's budget. Rule-based on purpose: the small
+LLM is too slow to spend a call on rewriting, and rules cost microseconds on ordinary turns."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from models.llm import ChatMessage
+from pipelines.memory.entries import SearchFilters, SearchHit
+from pipelines.memory.index import MemoryIndex
+from pipelines.memory.store import STOPWORDS
+from pipelines.voice.loop import PromptContext
+
+log = logging.getLogger(__name__)
+
+_PAST = re.compile(
+    r"\b(when did|when was|when were|last time|earlier|before|ago|yesterday|this morning|remember|recall|"
+    r"what did i (?:tell|say|ask|mention)|did i (?:tell|say|mention)|what did you (?:see|hear)|"
+    r"have you seen|did you see|did anyone|did someone|who came|what happened|previously|so far today)\b",
+    re.IGNORECASE,
+)
+# The memory phrasing itself is no search term ("do you remember what I told you about the van" -> "van").
+_FILLER = re.compile(
+    r"\b(do you remember|can you remember|remember|recall|what did i (?:tell|say to|ask|mention to) you about|"
+    r"what did i (?:tell|say|ask|mention)|did i (?:tell|say|mention)|you|me|earlier|before|last time|ago|"
+    r"please|tell|about|told|said)\b",
+    re.IGNORECASE,
+)
+_PRONOUNS = re.compile(r"\b(it|that|this|there|them|they|he|she|one)\b", re.IGNORECASE)
+_WORD = re.compile(r"[A-Za-z0-9']+")
+
+KIND_PHRASES = {"transcript": "the user said", "reply": "you said", "event": "the camera saw",
+                "scene": "the camera's view", "alert": "you announced"}
+
+
+def asks_about_past(text: str) -> bool:
+    return _PAST.search(text) is not None
+
+
+def _content_words(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text) if w.lower() not in STOPWORDS and len(w) > 1]
+
+
+def rewrite_query(question: str, conversation: Sequence[ChatMessage]) -> str:
+    """The search query: the question's own content words, plus the previous user turn's when the question
+    leans on it ("when did I say that?") or has almost nothing of its own."""
+    own = _content_words(_FILLER.sub(" ", question))
+    if len(own) >= 2 and not _PRONOUNS.search(question):
+        return " ".join(own)
+    previous = next((m.content for m in reversed(conversation) if m.role == "user"), "")
+    context = [w for w in _content_words(previous) if w.lower() not in {o.lower() for o in own}]
+    return " ".join(own + context) or question
+
+
+def _approx_tokens(text: str) -> int:
+    return len(text) // 4 + 1  # ~4 characters per token in English: a budget, not a count
+
+
+def format_entry(hit: SearchHit, now: float) -> str:
+    entry = hit.entry
+    when = datetime.fromtimestamp(entry.wall_time, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    minutes = max(0, round((now - entry.wall_time) / 60))
+    ago = "just now" if minutes == 0 else f"{minutes} min ago" if minutes < 120 else f"{minutes // 60} h ago"
+    text = f'"{entry.text}"' if entry.kind in ("transcript", "reply") else entry.text
+    return f"- {when} ({ago}), {KIND_PHRASES.get(entry.kind, entry.kind)}: {text}"
+
+
+def fit_entries(hits: Sequence[SearchHit], max_entries: int, max_tokens: int, now: float) -> list[str]:
+    lines, used = [], 0
+    for hit in hits[:max_entries]:
+        line = format_entry(hit, now)
+        cost = _approx_tokens(line)
+        if used + cost > max_tokens:
+            continue  # a shorter, lower-ranked entry may still fit
+        lines.append(line)
+        used += cost
+    return lines
+
+
+class MemoryRecall:
+    """A voice loop's ``context_provider``."""
+
+    KINDS = ("transcript", "event", "scene", "alert")
+
+    def __init__(self, index: MemoryIndex, *, max_entries: int, max_tokens: int, timeout_s: float = 3.0) -> None:
+        self.index, self.max_entries, self.max_tokens = index, max_entries, max_tokens
+        self.timeout_s = timeout_s
+
+    async def __call__(self, text: str, conversation: list[ChatMessage]) -> PromptContext | None:
+        if not asks_about_past(text):
+            return None  # an ordinary turn: no retrieval, no added latency
+        started = time.perf_counter()
+        query = rewrite_query(text, conversation)
+        try:
+            hits = await asyncio.wait_for(
+                self.index.search(query, SearchFilters(kinds=self.KINDS), self.max_entries + 2), self.timeout_s)
+        except TimeoutError:
+            log.warning("memory retrieval took over %.1f s: answering without memory", self.timeout_s)
+            hits = []
+        except Exception:
+            log.exception("memory retrieval failed")
+            hits = []
+        said = text.strip().lower()
+        hits = [h for h in hits if h.entry.text.strip().lower() != said]  # not the question itself
+        lines = fit_entries(hits, self.max_entries, self.max_tokens, time.time())
+        metrics = {"memory_retrieval_ms": round((time.perf_counter() - started) * 1000.0, 1),
+                   "memory_entries": len(lines)}
+        if not lines:
+            return PromptContext("Nothing in memory matches this question about the past.", metrics)
+        return PromptContext("What you remember (most relevant first; answer from it and say when):\n"
+                             + "\n".join(lines), metrics)

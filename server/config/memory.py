@@ -1,0 +1,64 @@
+"""``memory``: the searchable memory of everything sessions and sources saw and heard (and chat documents)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+
+from server.config.base import Section
+
+
+class VoiceMemorySettings(Section):
+    enabled: bool = Field(True, description="Let the voice loop answer questions about the past from memory.")
+    max_entries: int = Field(5, ge=1, le=50, description="Most remembered entries put into one prompt.")
+    max_tokens: int = Field(256, ge=16, description="Prompt budget for remembered entries (their times included).")
+    timeout_s: float = Field(3.0, gt=0, description="A retrieval slower than this is given up: the turn is answered "
+                             "without memory (e.g. while the embedding model is still loading).")
+
+
+class DocumentSettings(Section):
+    max_document_bytes: int = Field(1_000_000, ge=1024, description="Largest document accepted (413 beyond).")
+    chunk_chars: int = Field(800, ge=100, description="Chunk length (characters, cut at paragraph/sentence ends).")
+    chunk_overlap_chars: int = Field(150, ge=0, description="Characters a chunk repeats from the previous one.")
+    chat_collection: str | None = Field(
+        None, description="Collection every /v1/chat/completions request answers from; a request may name its own "
+        "(extra field vigil.collection)."
+    )
+    chat_top_k: int = Field(4, ge=1, le=32, description="Chunks retrieved into a chat prompt.")
+
+
+class MemorySettings(Section):
+    enabled: bool = Field(True, description="Index transcripts, replies, events and scene summaries for search.")
+    data_dir: Path = Field(Path("data/memory"), description="The entry store (SQLite, FTS5) and, with no uri, the "
+                           "embedded Milvus Lite vector index.")
+    uri: str | None = Field(
+        None, description="A Milvus server for the vectors, e.g. http://milvus:19530; None: Milvus Lite embedded in "
+        "data_dir (no server to run). The same client code serves both."
+    )
+    token: SecretStr | None = Field(None, description="The Milvus server's token (user:password or API key).")
+    collection: str = Field("vigil_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,254}$",
+                            description="Milvus collection holding the vectors.")
+    queue_max: int = Field(10_000, ge=1, description="Entries waiting to be embedded; beyond it new ones are "
+                           "refused and counted (vigil_memory_dropped_total).")
+    batch_max: int = Field(64, ge=1, description="Entries embedded and written together.")
+    scene_interval_s: float = Field(30.0, gt=0, description="A scene summary is indexed at most this often per "
+                                    "session or source (and only when the scene changed).")
+    event_names: list[str] = Field(
+        default_factory=lambda: ["zone.*", "line.*", "object.*", "alert*"],
+        description="Event names (shell patterns) that are indexed; config, barge_in, source.state are not.",
+    )
+    max_query_chars: int = Field(1000, ge=1, description="Longest search query (413 beyond).")
+    max_results: int = Field(100, ge=1, le=1000, description="Largest limit a search may ask for.")
+    candidates: int = Field(50, ge=1, description="Hits taken from each of keyword and vector search before fusion.")
+    rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant: score = sum of 1 / (rrf_k + rank).")
+    voice: VoiceMemorySettings = VoiceMemorySettings()
+    documents: DocumentSettings = DocumentSettings()
+
+    @field_validator("uri")
+    @classmethod
+    def _server_uri(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://", "tcp://")):
+            raise ValueError("memory.uri must be a Milvus server address (http://host:19530); leave it unset for "
+                             "the embedded index in memory.data_dir")
+        return value
