@@ -12,7 +12,7 @@ if [[ $("$TOOLS/bin/uv" --version 2>/dev/null) != "uv $UV_VERSION"* ]]; then
   rm -rf "$TOOLS" && "$PYTHON" -m venv "$TOOLS" && "$TOOLS/bin/python" -m pip install -q "uv==$UV_VERSION"
 fi
 compile=("$TOOLS/bin/uv" pip compile --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28
-         --index-url https://pypi.org/simple --no-header "$@")
+         --no-header "$@")
 # Everything pyproject.toml asks for, with the test extra (the project itself is installed --no-deps -e .).
 "${compile[@]}" pyproject.toml --extra test -o requirements.lock
 # Packages installed --no-deps (they declare dependencies we must not install: see scripts/setup.sh).
