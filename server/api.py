@@ -12,12 +12,22 @@ from aiohttp import WSMsgType, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipelines.errors import ApiError
 from pipelines.protocol import MediaCounts, SessionConfig, SessionConfigPatch
 from pipelines.session import handle_client_message
 from server import __version__
-from server.errors import ApiError, read_json_body
+from server.errors import read_json_body
+from server.openapi import build_openapi
+from server.probes import Liveness, Readiness, livez, readyz
 from server.sessions import OfferRejected, SessionRegistry, serialize
-from server.sources import MediaPathError, SourceLimitReached, SourceManager, SourceRequest, Subscriber
+from server.sources import (
+    MediaPathError,
+    PathOutsideMediaRoot,
+    SourceLimitReached,
+    SourceManager,
+    SourceRequest,
+    Subscriber,
+)
 from server.state import SESSIONS, SETTINGS, SOURCES, WEBSOCKETS
 
 log = logging.getLogger(__name__)
@@ -73,15 +83,6 @@ class SourceList(BaseModel):
     sources: list[SourceInfo]
 
 
-class ErrorDetail(BaseModel):
-    code: str
-    message: str
-
-
-class ErrorBody(BaseModel):
-    error: ErrorDetail
-
-
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
     version: str
@@ -113,7 +114,7 @@ async def offer(request: web.Request) -> web.Response:
             config = config.merged(body.options)
         session, answer = await _sessions(request).open(body.sdp, config)
     except OfferRejected as rejected:
-        raise ApiError(rejected.status, rejected.code, rejected.message) from None
+        raise ApiError(rejected.code, rejected.message) from None
     return _json(OfferResponse(sdp=answer.sdp, session_id=session.id))
 
 
@@ -125,7 +126,7 @@ async def list_sessions(request: web.Request) -> web.Response:
 def _session_or_404(request: web.Request):
     session = _sessions(request).get(request.match_info["session_id"])
     if session is None:
-        raise ApiError(404, "not_found", "no such session")
+        raise ApiError("not_found", "no such session")
     return session
 
 
@@ -180,10 +181,12 @@ async def create_source(request: web.Request) -> web.Response:
     body: SourceRequest = await read_json_body(request, SourceRequest)
     try:
         source = _sources(request).start(body)
+    except PathOutsideMediaRoot as error:
+        raise ApiError("invalid_path", str(error), param="path", kind="forbidden") from None
     except MediaPathError as error:
-        raise ApiError(403 if "outside" in str(error) else 400, "invalid_path", str(error)) from None
+        raise ApiError("invalid_path", str(error), param="path") from None
     except SourceLimitReached as error:
-        raise ApiError(429, "too_many_sources", str(error)) from None
+        raise ApiError("too_many_sources", str(error)) from None
     return _json(SourceInfo.model_validate(source.describe()), status=201)
 
 
@@ -195,7 +198,7 @@ async def list_sources(request: web.Request) -> web.Response:
 def _source_or_404(request: web.Request):
     source = _sources(request).get(request.match_info["source_id"])
     if source is None:
-        raise ApiError(404, "not_found", "no such source")
+        raise ApiError("not_found", "no such source")
     return source
 
 
@@ -258,8 +261,6 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    from server.openapi import build_openapi
-
     registered = {(route.method, route.resource.canonical) for route in request.app.router.routes()
                   if route.resource is not None}
     documented = [route for route in v1_routes() if (route.method, route.path) in registered]  # as configured
@@ -309,7 +310,11 @@ ROUTES: tuple[Route, ...] = (
           SessionConfigPatch, SessionConfig, errors=(401, 404, 413, 415, 422)),
     Route("GET", "/api/sources/{source_id}/results", source_results,
           "WebSocket: the source's protocol messages (upgrade required)", status=101, errors=(401, 404)),
-    Route("GET", "/healthz", healthz, "Liveness", response=Health, errors=(401,)),
+    Route("GET", "/healthz", healthz, "Health: version, sessions and sources (token required)", response=Health,
+          errors=(401,)),
+    Route("GET", "/livez", livez, "Liveness probe (no token; reveals nothing)", response=Liveness),
+    Route("GET", "/readyz", readyz, "Readiness probe (no token): 200 ready, 503 starting; per-model states only "
+          "with the token", response=Readiness, errors=(503,)),
     Route("GET", "/metrics", metrics, "Prometheus metrics", errors=(401,), content_type=CONTENT_TYPE_LATEST),
     Route("GET", "/openapi.json", openapi, "This document", errors=(401,)),
 )

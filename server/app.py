@@ -6,18 +6,22 @@ import logging
 
 from aiohttp import web
 
+from pipelines.errors import ApiError
 from server.api import ROUTES
 from server.audio_api import setup_audio_api
 from server.auth import auth_middleware
 from server.config import Settings
 from server.engines import build_analyzers, close_shared_llm
-from server.errors import ApiError, json_errors
+from server.errors import json_errors
 from server.grpc_api.service import setup_grpc
 from server.ice import restrict_host_addresses
 from server.openai_api import setup_openai_api
+from server.probes import setup_probes
 from server.sessions import Analyzers, SessionRegistry
+from server.shared_redis import setup_redis
 from server.sources import SourceManager
 from server.state import SESSIONS, SETTINGS, SOURCES, WEBSOCKETS
+from server.v1_ingress import setup_v1_ingress
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +29,7 @@ log = logging.getLogger(__name__)
 async def _index(request: web.Request) -> web.StreamResponse:
     index = request.app[SETTINGS].server.web_root / "index.html"
     if not index.is_file():
-        raise ApiError(404, "not_found", "dashboard files not found (server.web_root)")
+        raise ApiError("not_found", "dashboard files not found (server.web_root)")
     return web.FileResponse(index)
 
 
@@ -45,7 +49,9 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Ap
     app[WEBSOCKETS] = set()
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
-    setup_openai_api(app, settings)  # /v1/*: its own ingress (API keys, rate limit) and the chat routes
+    redis = setup_redis(app, settings)
+    setup_v1_ingress(app, settings, redis)  # every /v1/ route: API keys or token, rate limit, size limits
+    setup_openai_api(app, settings, redis)  # the chat service (shared with gRPC) and its /v1 routes
     app.router.add_get("/", _index)
     if settings.server.web_root.is_dir():
         app.router.add_static("/static/", settings.server.web_root)
@@ -65,6 +71,7 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Ap
     app.on_shutdown.append(shutdown)
     app.on_cleanup.append(release_llm)
     setup_grpc(app, settings, analyzers)
+    setup_probes(app)  # last: ready once every start-up step above has run
     return app
 
 
