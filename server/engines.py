@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import SecretStr
-
 from models.batch_stt import BatchedWhisper
 from models.detectors import load_detector
 from models.embeddings import TextEmbedder
 from models.llm import EmbeddedLlm, LanguageModel
 from models.packaged import ModelNotAvailable
-from models.router import ANY_MODEL, RoutedLlm, RoutingConfig, UpstreamConfig
+from models.router import RoutedLlm
 from models.stt import WhisperStt
 from models.tts import EspeakTts, PiperTts, TextToSpeech
 from models.vad import SileroVadModel
 from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import InferenceBatcher
 from pipelines.voice.loop import VoiceEngine, VoiceLoop, VoiceLoopConfig
+from server import config_mapping
 from server.config import Settings
 from server.sessions import Analyzers
 
@@ -55,16 +53,9 @@ def build_analyzers(settings: Settings) -> Analyzers:
 
 
 def build_batcher(settings: Settings) -> InferenceBatcher:
-    detector_config = settings.models.detector
-    detector = load_detector(
-        detector_config.backend,
-        weights=detector_config.weights,
-        device=detector_config.device,
-        imgsz=detector_config.imgsz,
-        conf=detector_config.conf,
-        half=detector_config.half,
-        classes=detector_config.classes,
-    )
+    detector = load_detector(settings.models.detector)
+    if detector is None:
+        raise ValueError("models.detector.backend is 'none': there is no detector to batch for")
     log.info("detector %s loaded on %s", detector.name, detector.device)
     return InferenceBatcher(detector, max_batch=settings.video.max_batch, max_wait_ms=settings.video.max_wait_ms)
 
@@ -107,15 +98,8 @@ def build_router(settings: Settings) -> RoutedLlm:
     """The openai backend: every configured upstream behind one router; a plain base_url is one upstream that
     serves any model name (as before routing existed)."""
     config = settings.models.llm
-
-    def secret(value: SecretStr | None) -> str | None:
-        return value.get_secret_value() if value else None
-
-    upstreams = [UpstreamConfig(u.name, u.base_url, tuple(u.models), secret(u.api_key), u.cost, u.context_window)
-                 for u in config.upstreams]
-    if config.base_url:
-        upstreams.insert(0, UpstreamConfig("default", config.base_url, (ANY_MODEL,), secret(config.api_key)))
-    return RoutedLlm(upstreams, config.model, RoutingConfig(**config.routing.model_dump()))
+    return RoutedLlm(config_mapping.upstream_configs(config), config.model,
+                     config_mapping.routing_config(config.routing))
 
 
 def build_stt(settings: Settings) -> WhisperStt:
@@ -153,10 +137,8 @@ def build_voice_engine(settings: Settings) -> VoiceEngine:
 
 
 def voice_loop_config(settings: Settings, origin: str) -> VoiceLoopConfig:
-    voice = settings.voice
-    echo_gating = voice.echo_gating == "on" or (voice.echo_gating == "auto" and origin in ("rtsp", "file"))
-    shared = {f.name for f in dataclasses.fields(VoiceLoopConfig)} - {"echo_gating"}
-    return VoiceLoopConfig(echo_gating=echo_gating, **voice.model_dump(include=shared))
+    """One session's voice loop config (``server.config_mapping.voice_loop_config`` on ``settings.voice``)."""
+    return config_mapping.voice_loop_config(settings.voice, origin)
 
 
 def build_embedder(settings: Settings) -> TextEmbedder:
