@@ -9,7 +9,6 @@ The models load on first use (the batch Whisper instance and the TTS voice), apa
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import math
 import tempfile
@@ -29,7 +28,7 @@ from pipelines.errors import ApiError
 from pipelines.speech import CONTENT_TYPES as SPEECH_CONTENT_TYPES
 from pipelines.speech import SpeechBusy, SpeechSynthesizer
 from server.config import Settings
-from server.engines import build_batch_stt
+from server.engines import Engines
 from server.errors import read_json_body
 from server.v1_ingress import MULTIPART_FIELD_BYTES as MAX_FIELD_BYTES
 
@@ -57,17 +56,19 @@ class AudioServices:
     _speech: SpeechSynthesizer | None = None
     _speech_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
+    engines: Engines | None = None
+
     @classmethod
-    def from_settings(cls, settings: Settings) -> AudioServices:
+    def from_settings(cls, settings: Settings, engines: Engines) -> AudioServices:
         config = settings.transcription
         # The model loads on first use (on the engine's thread), not at start-up.
-        engine = TranscriptionEngine(functools.partial(build_batch_stt, settings), job_threads=config.workers,
+        engine = TranscriptionEngine(engines.batch_stt, job_threads=config.workers,
                                      batch_size=config.batch_size, max_chunk_s=config.max_chunk_s,
                                      max_cue_s=config.max_cue_s, max_pending_requests=config.max_pending_requests,
                                      nice=config.nice)
         jobs = JobQueue(config.data_dir, engine, workers=config.workers, max_active_jobs=config.max_active_jobs,
                         max_attempts=config.max_attempts, max_audio_s=config.max_job_audio_s)
-        return cls(settings, engine, jobs)
+        return cls(settings, engine, jobs, engines=engines)
 
     async def started_jobs(self) -> JobQueue:
         """The job queue, opened (and its workers started) on first use. Raises ApiError (job_store_in_use) if another
@@ -90,9 +91,8 @@ class AudioServices:
     async def speech(self) -> SpeechSynthesizer:
         async with self._speech_lock:
             if self._speech is None:
-                from server.engines import build_tts
-
-                tts = await asyncio.to_thread(build_tts, self.settings)
+                assert self.engines is not None
+                tts = await asyncio.to_thread(self.engines.tts)
                 self._speech = SpeechSynthesizer(tts, self.settings.speech.max_pending_requests)
             return self._speech
 
@@ -457,11 +457,11 @@ async def create_speech(request: web.Request) -> web.StreamResponse:
 # ---------------------------------------------------------------- wiring
 
 
-def setup_audio_api(app: web.Application, settings: Settings) -> None:
+def setup_audio_api(app: web.Application, settings: Settings, engines: Engines) -> None:
     """Add the audio routes and their services to ``app`` (models load on first use)."""
     if not (settings.transcription.enabled or settings.speech.enabled):
         return
-    services = AudioServices.from_settings(settings)
+    services = AudioServices.from_settings(settings, engines)
     app[AUDIO] = services
     if settings.transcription.enabled:
         app.router.add_post("/v1/audio/transcriptions", create_transcription)

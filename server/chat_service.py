@@ -27,6 +27,7 @@ from pipelines.serving.content_filter import StreamingContentFilter
 from pipelines.serving.prompt import PromptBuilder, PromptTooLong
 from server.chat_request import ChatCompletionBody, validate_chat
 from server.config import Settings
+from server.engines import Engines
 
 
 class ChatService:
@@ -34,8 +35,9 @@ class ChatService:
     ``api.preload``), the models it serves and the in-flight limit: shared by ``/v1/chat/completions`` and gRPC
     ``Predict``/``StreamPredict``, so both apply the same limits, cache and filter."""
 
-    def __init__(self, settings: Settings, redis: Any = None) -> None:
+    def __init__(self, settings: Settings, engines: Engines, redis: Any = None) -> None:
         self.settings = settings
+        self.engines = engines
         self.redis = redis  # the app's (server.shared_redis); None: in-process caches
         self.created = int(time.time())
         self.in_flight = 0
@@ -97,13 +99,11 @@ class ChatService:
             raise ApiError("model_unavailable", f"the chat model is not available: {exc}") from exc
 
     def _build_pipeline(self) -> ChatPipeline:
-        from server.engines import build_embedder, build_llm  # deferred: loads models
-
         settings, config = self.settings, self.settings.api
         if self._llm_for_test is not None:
             llm = self._llm_for_test
         else:
-            llm = build_llm(settings)  # shared: the app closes it (server.engines.close_shared_llm)
+            llm = self.engines.llm()  # the app's: it closes it (Engines.close)
         cache_settings = config.cache
         prefix = settings.redis.key_prefix
         caches = CacheConfig(semantic_threshold=cache_settings.semantic_threshold,
@@ -112,7 +112,7 @@ class ChatService:
             caches.exact = (RedisExactCache(self.redis, cache_settings.ttl_s, prefix) if self.redis is not None
                             else InProcessExactCache(cache_settings.ttl_s, cache_settings.max_entries))
         if cache_settings.semantic:
-            embedder: TextEmbedder = build_embedder(settings)
+            embedder: TextEmbedder = self.engines.embedder()
             caches.embedder = embedder
             caches.semantic = (
                 RedisSemanticCache(self.redis, cache_settings.ttl_s, cache_settings.max_entries, prefix)

@@ -1,4 +1,7 @@
-"""Model engines built from the config: loaded once per process, shared by every session and source."""
+"""Model engines built from the config. ``Engines`` is the app's set: built once per app (the session models at
+start-up, the rest on first use), handed to the sessions and sources, the chat service, the audio API and gRPC,
+and closed with the app. Weights load once per process (``_shared``): several apps in one process (tests) share
+them."""
 
 from __future__ import annotations
 
@@ -7,6 +10,8 @@ import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from aiohttp import web
 
 from models.batch_stt import BatchedWhisper
 from models.detectors import load_detector
@@ -134,6 +139,53 @@ def build_voice_engine(settings: Settings) -> VoiceEngine:
     )
     log.info("voice loop models: %s", engine.names)
     return engine
+
+
+class Engines:
+    """The app's models. ``analyzers`` (detector batcher, voice loop) are built at start-up, because every session
+    needs them; the others (chat LLM and embedder, gRPC's STT, batch STT, TTS) when first asked for, on the
+    caller's thread (call them from a worker thread: they block while loading)."""
+
+    def __init__(self, settings: Settings, analyzers: Analyzers | None = None) -> None:
+        self.settings = settings
+        self.analyzers = analyzers if analyzers is not None else build_analyzers(settings)
+        self._lock = threading.Lock()
+        self._built: dict[str, Any] = {}
+
+    def _once(self, name: str, build: Callable[[], Any]) -> Any:
+        with self._lock:
+            if name not in self._built:
+                self._built[name] = build()
+            return self._built[name]
+
+    def llm(self) -> LanguageModel:
+        return self._once("llm", lambda: build_llm(self.settings))
+
+    def embedder(self) -> TextEmbedder:
+        return self._once("embedder", lambda: build_embedder(self.settings))
+
+    def stt(self) -> WhisperStt:
+        return self._once("stt", lambda: build_stt(self.settings))
+
+    def batch_stt(self) -> BatchedWhisper:
+        return self._once("batch_stt", lambda: build_batch_stt(self.settings))
+
+    def tts(self) -> TextToSpeech:
+        return self._once("tts", lambda: build_tts(self.settings))
+
+    def loaded(self, name: str) -> bool:
+        return name in self._built
+
+    async def close_session_models(self) -> None:
+        """On shutdown, once the sessions are closed."""
+        await self.analyzers.close()
+
+    async def close(self) -> None:
+        """On cleanup, after every handler has finished (a chat stream may still use the router at shutdown)."""
+        await close_shared_llm(self.settings)
+
+
+ENGINES = web.AppKey("engines", Engines)
 
 
 def voice_loop_config(settings: Settings, origin: str) -> VoiceLoopConfig:

@@ -30,6 +30,7 @@ from server.chat_request import ChatCompletionBody
 from server.chat_service import CHAT_SERVICE, ChatService, chat_error, collect
 from server.config import Settings
 from server.disconnects import ClientDisconnected, DisconnectWatcher
+from server.engines import Engines
 from server.errors import openai_error_body, read_json_body
 from server.sse import SSE_DONE, sse_event
 from server.v1_ingress import STAGE_TIMER
@@ -209,9 +210,9 @@ def _model_card(api: ChatService, model: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- wiring
 
 
-def setup_openai_api(app: web.Application, settings: Settings, redis: Any = None) -> ChatService:
+def setup_openai_api(app: web.Application, settings: Settings, redis: Any, engines: Engines) -> ChatService:
     """The chat service and, when ``api.chat``, its routes (behind the /v1 ingress the app installs)."""
-    api = ChatService(settings, redis)
+    api = ChatService(settings, engines, redis)
     app[CHAT_SERVICE] = api
     disconnects = app[DISCONNECTS] = DisconnectWatcher(settings.api.disconnect_poll_s)
     if settings.api.chat:

@@ -28,7 +28,7 @@ from pipelines.voice.loop import VoiceLoop
 from server.auth import bearer_token
 from server.chat_service import CHAT_SERVICE, ChatService
 from server.config import Settings
-from server.engines import build_stt
+from server.engines import Engines
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
 from server.grpc_api.audio import BadAudio, PcmDecoder, decode_container, encoding_of
@@ -36,7 +36,6 @@ from server.grpc_api.conversation import Abort, Conversation
 from server.grpc_api.handlers import with_behavior
 from server.grpc_api.metrics import RpcMetrics
 from server.grpc_api.predict import ChatPredictor
-from server.sessions import Analyzers
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +47,10 @@ def _ms_since(moment: float) -> int:
 
 
 class InferenceService(pb_grpc.InferenceServiceServicer):
-    def __init__(self, settings: Settings, analyzers: Analyzers, chat: ChatService) -> None:
+    def __init__(self, settings: Settings, engines: Engines, chat: ChatService) -> None:
         self.settings = settings
-        self.analyzers = analyzers
+        self.engines = engines
+        self.analyzers = engines.analyzers
         self.predictor = ChatPredictor(chat)  # the chat pipeline of /v1/chat/completions
         self._stt: WhisperStt | None = None
         self._stt_executor = ThreadPoolExecutor(1, "grpc-stt")  # one decode at a time; more would only thrash
@@ -61,7 +61,7 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
 
     async def stt(self) -> WhisperStt:
         if self._stt is None:
-            self._stt = await asyncio.to_thread(build_stt, self.settings)
+            self._stt = await asyncio.to_thread(self.engines.stt)
         return self._stt
 
     async def close(self) -> None:
@@ -227,9 +227,9 @@ class TokenAuth(grpc.aio.ServerInterceptor):
 class GrpcServer:
     """Started and stopped with the aiohttp app (``setup_grpc``); ``port`` is the bound port once started."""
 
-    def __init__(self, settings: Settings, analyzers: Analyzers, chat: ChatService) -> None:
+    def __init__(self, settings: Settings, engines: Engines, chat: ChatService) -> None:
         self.settings = settings
-        self.service = InferenceService(settings, analyzers, chat)
+        self.service = InferenceService(settings, engines, chat)
         self.port = 0
         self._server: grpc.aio.Server | None = None
 
@@ -267,12 +267,12 @@ class GrpcServer:
 GRPC_SERVER = web.AppKey("grpc_server", GrpcServer)
 
 
-def setup_grpc(app: web.Application, settings: Settings, analyzers: Analyzers) -> None:
+def setup_grpc(app: web.Application, settings: Settings, engines: Engines) -> None:
     """Serve gRPC beside HTTP when ``grpc.enabled``: started on the app's startup, stopped on its shutdown. Needs
     the app's chat service (``server.openai_api.setup_openai_api``)."""
     if not settings.grpc.enabled:
         return
-    server = GrpcServer(settings, analyzers, app[CHAT_SERVICE])
+    server = GrpcServer(settings, engines, app[CHAT_SERVICE])
     app[GRPC_SERVER] = server
 
     async def start(app: web.Application) -> None:
