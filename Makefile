@@ -4,13 +4,16 @@ SHELL := /bin/bash
 ARGS ?=
 BENCH ?= transport
 
-.PHONY: run test setup lint bench clean lock
+.PHONY: run test test-unit setup lint bench clean lock
 
 run:    ## set up, then serve with the default config (dashboard http://127.0.0.1:8080/)
 	bash scripts/run.sh $(ARGS)
 
-test:   ## set up, lint, then the whole suite in a private network namespace
+test:   ## set up, lint, then the whole suite (tests/unit and the rest) in a private network namespace
 	bash scripts/test.sh $(ARGS)
+
+test-unit:  ## set up, lint, then only tests/unit: pure logic, no models or servers, seconds
+	bash scripts/test.sh tests/unit --confcutdir tests/unit $(ARGS)
 
 setup:  ## install system packages and the venv (idempotent, stamped)
 	bash scripts/setup.sh

@@ -1,40 +1,23 @@
-"""Detector loading: weights load once per process and are shared by every session."""
+"""The detector backends, registered by name (``models/detector_backends/``: one module each, declaring its
+config and its builder). ``load_detector`` builds the configured one; whoever calls it owns the result (the
+app's engines), so there is no process-wide cache here."""
 
 from __future__ import annotations
 
-import threading
-from typing import TYPE_CHECKING, Literal
+import importlib
+import pkgutil
 
+from models import detector_backends
 from models.detector import Detector
+from models.registry import BackendConfig, Registry
 
-if TYPE_CHECKING:
-    from models.triton_detector import TritonDetectorConfig
-
-_cache: dict[tuple, Detector] = {}
-_lock = threading.Lock()
+DETECTORS: Registry[Detector | None] = Registry("detector", default="yolo")
 
 
-def load_detector(backend: Literal["yolo", "opencv-ssd", "triton"], *, weights: str | None = None,
-                  device: str = "cpu", imgsz: int = 640, conf: float = 0.25, half: bool = False,
-                  classes: list[int] | None = None, triton: TritonDetectorConfig | None = None) -> Detector:
-    key = (backend, weights, device, imgsz, conf, half, tuple(classes or ()),
-           triton.model_dump_json() if triton is not None else None)
-    with _lock:
-        if key not in _cache:
-            if backend == "yolo":
-                from models.yolo import UltralyticsDetector
+def load_detector(config: BackendConfig) -> Detector | None:
+    """The configured detector (blocking: loads weights); None for ``backend: none``."""
+    return DETECTORS.build(config)
 
-                _cache[key] = UltralyticsDetector(weights, device=device, imgsz=imgsz, conf=conf, half=half,
-                                                  classes=classes)
-            elif backend == "opencv-ssd":
-                from models.opencv_ssd import OpenCvSsdDetector
 
-                _cache[key] = OpenCvSsdDetector(device=device, conf=conf, classes=classes)
-            elif backend == "triton":
-                from models.triton_detector import TritonDetector, TritonDetectorConfig
-
-                _cache[key] = TritonDetector(triton or TritonDetectorConfig(), imgsz=imgsz, conf=conf,
-                                             classes=classes)
-            else:
-                raise ValueError(f"unknown detector backend {backend!r}")
-        return _cache[key]
+for _module in pkgutil.iter_modules(detector_backends.__path__):  # each registers itself on import
+    importlib.import_module(f"{detector_backends.__name__}.{_module.name}")

@@ -11,12 +11,19 @@ import json
 import string
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 PROTOCOL_VERSION = 1
 
 
 class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Outbound(BaseModel):
+    """What Vigil sends: a field the model does not declare is an error where the message is built, never a key
+    silently dropped (or sent unannounced)."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -101,14 +108,14 @@ class SessionConfigPatch(_Strict):
 # ---------------------------------------------------------------- server -> client
 
 
-class ServerMessage(BaseModel):
+class ServerMessage(_Outbound):
     v: Literal[1] = PROTOCOL_VERSION
     session: str = Field(description="Session or source id.")
     ts: float = Field(description="Server clock, seconds (wall clock; media clock in as-fast-as-possible replay).")
     pts: float | None = Field(None, description="Media time in seconds, where the message concerns media.")
 
 
-class ServerInfo(BaseModel):
+class ServerInfo(_Outbound):
     name: str = "vigil"
     version: str
 
@@ -121,7 +128,7 @@ class Hello(ServerMessage):
     models: dict[str, str] = Field(default_factory=dict, description="Stage -> model/backend name.")
 
 
-class DetectedObject(BaseModel):
+class DetectedObject(_Outbound):
     label: str
     class_id: int
     conf: float
@@ -156,11 +163,71 @@ class Reply(ServerMessage):
         None, description="'alert': a spoken alert (a zone's or line's announce), not an answer; absent: an answer.")
 
 
+# ---------------------------------------------------------------- event payloads (``event.data`` by ``event.name``)
+
+
+class ZoneEnter(_Outbound):
+    zone: str
+    track_id: int
+    label: str
+
+
+class ZoneExit(_Outbound):
+    zone: str
+    track_id: int
+    label: str
+    dwell_s: float = Field(description="Seconds the track spent inside (media time).")
+
+
+class LineCross(_Outbound):
+    line: str
+    track_id: int
+    label: str
+    direction: Literal["in", "out"]
+
+
+class BargeIn(_Outbound):
+    turn: int = Field(description="The turn whose reply was interrupted.")
+    dropped_audio_ms: float = Field(description="Reply audio discarded, not played.")
+
+
+class SourceStateChange(_Outbound):
+    state: Literal["connecting", "live", "reconnecting", "ended", "failed", "stopped"]
+    attempt: int | None = Field(None, description="connecting / reconnecting: the attempt, from 0.")
+    reason: str | None = Field(None, description="reconnecting / failed: why.")
+    retry_in_s: float | None = Field(None, description="reconnecting: the backoff before the next attempt.")
+
+
+# name -> the model of its ``data``; a new event name is one line here plus its model (config: the session's new
+# effective config, after a client's ``config`` message).
+class ObjectAppeared(_Outbound):
+    """First sighting of a track whose label has a ``storage.appear`` rule."""
+
+    label: str
+    track_id: int
+    conf: float
+
+
+EVENT_PAYLOADS: dict[str, type[BaseModel]] = {
+    "zone.enter": ZoneEnter, "zone.exit": ZoneExit, "line.cross": LineCross, "object.appeared": ObjectAppeared,
+    "barge_in": BargeIn, "source.state": SourceStateChange, "config": SessionConfig,
+}
+
+
 class Event(ServerMessage):
     type: Literal["event"] = "event"
-    name: str = Field(description="e.g. source.state, config, zone.enter, barge_in.")
-    data: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field(description="One of EVENT_PAYLOADS: zone.enter, zone.exit, line.cross, object.appeared, "
+                      "barge_in, source.state, config.")
+    data: dict[str, Any] = Field(default_factory=dict, description="The payload model of ``name``.")
     id: str | None = Field(None, description="Timeline entry id of a stored event (GET /api/events/{id}).")
+
+    @model_validator(mode="after")
+    def _payload_matches_its_name(self) -> Event:
+        payload = EVENT_PAYLOADS.get(self.name)
+        if payload is None:
+            raise ValueError(f"event {self.name!r} has no payload model (pipelines.protocol.EVENT_PAYLOADS)")
+        payload.model_validate(self.data)  # a missing, misspelled or extra key fails here
+        return self
 
 
 class Clip(ServerMessage):
@@ -172,25 +239,25 @@ class Clip(ServerMessage):
     url: str = Field(description="GET it for the MP4 (range requests supported); any of event_ids serves it.")
 
 
-class VideoCounts(BaseModel):
+class VideoCounts(_Outbound):
     frames_in: int = 0
     frames_sampled: int = 0
     frames_analyzed: int = 0
     frames_dropped: int = Field(0, description="Sampled frames replaced by a newer one before analysis.")
 
 
-class AudioCounts(BaseModel):
+class AudioCounts(_Outbound):
     frames_in: int = 0
     samples_in: int = 0
     seconds_in: float = 0.0
 
 
-class MediaCounts(BaseModel):
+class MediaCounts(_Outbound):
     video: VideoCounts = VideoCounts()
     audio: AudioCounts = AudioCounts()
 
 
-class TurnMetrics(BaseModel):
+class TurnMetrics(_Outbound):
     """One voice turn's timings in milliseconds; absent stages did not happen (e.g. no reply after barge-in)."""
 
     turn: int
@@ -259,8 +326,36 @@ def json_schema() -> dict[str, Any]:
         "title": f"Vigil data-channel protocol v{PROTOCOL_VERSION}",
         "server_to_client": server_message_adapter.json_schema(),
         "client_to_server": client_message_adapter.json_schema(),
+        "event_payloads": {name: model.model_json_schema() for name, model in EVENT_PAYLOADS.items()},
     }
 
 
+def _type_name(annotation: Any) -> str:
+    text = getattr(annotation, "__name__", None) if getattr(annotation, "__args__", None) is None else None
+    text = text or str(annotation).replace("typing.", "").replace("NoneType", "None")
+    return text.replace(" | ", " or ")  # a bare '|' would split the markdown table's cell
+
+
+def events_markdown() -> str:
+    """The table of event payloads in docs/protocol.md (between its ``events`` markers; a test compares)."""
+    rows = ["| `name` | `data` fields |", "|---|---|"]
+    for name, model in EVENT_PAYLOADS.items():
+        if model is SessionConfig:
+            rows.append(f"| `{name}` | the session's new effective config (`SessionConfig`: `video`, ...) |")
+            continue
+        fields = []
+        for field_name, field in model.model_fields.items():
+            optional = "" if field.is_required() else ", optional"
+            note = f": {field.description.rstrip('.')}" if field.description else ""
+            fields.append(f"`{field_name}` ({_type_name(field.annotation)}{optional}){note}")
+        rows.append(f"| `{name}` | {'; '.join(fields)} |")
+    return "\n".join(rows) + "\n"
+
+
 if __name__ == "__main__":
-    print(json.dumps(json_schema(), indent=2, sort_keys=True))
+    import sys
+
+    if sys.argv[1:] == ["--events-markdown"]:
+        print(events_markdown(), end="")
+    else:
+        print(json.dumps(json_schema(), indent=2, sort_keys=True))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -24,6 +23,7 @@ from pydantic import ValidationError
 
 from pipelines import telemetry
 from pipelines.clock import Clock, Timer
+from pipelines.errors import ApiError, describe_validation_error, parse_json
 from pipelines.protocol import (
     ConfigRequest,
     Detections,
@@ -497,19 +497,16 @@ def _apply_client_message(pipeline: SessionPipeline, raw: str | bytes, max_bytes
         answer(pipeline.error_message("message_too_large", f"message of {size} bytes exceeds {max_bytes}"))
         return
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as error:
-        reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
-        answer(pipeline.error_message("invalid_json", f"not valid JSON: {reason}"))
+        data = parse_json(raw, what="message")
+    except ApiError as error:
+        answer(pipeline.error_message(error.code, error.message))
         return
     ref = data.get("type") if isinstance(data, dict) and isinstance(data.get("type"), str) else None
     try:
         message = client_message_adapter.validate_python(data)
     except ValidationError as error:
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in item['loc']) or '<message>'}: {item['msg']}" for item in error.errors()
-        )
-        answer(pipeline.error_message("invalid_message", details[:1000], ref=ref))
+        details = describe_validation_error(error, root="<message>", limit=1000)
+        answer(pipeline.error_message("invalid_message", details, ref=ref))
         return
     except RecursionError:
         answer(pipeline.error_message("invalid_message", "message nested too deeply", ref=ref))

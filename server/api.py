@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -13,12 +12,22 @@ from aiohttp import WSMsgType, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipelines.errors import ApiError
 from pipelines.protocol import MediaCounts, SessionConfig, SessionConfigPatch
 from pipelines.session import handle_client_message
 from server import __version__
-from server.errors import ApiError, read_json_body
+from server.errors import read_json_body
+from server.openapi import build_openapi
+from server.probes import Liveness, Readiness, livez, readyz
 from server.sessions import OfferRejected, SessionRegistry, serialize
-from server.sources import MediaPathError, SourceLimitReached, SourceManager, SourceRequest, Subscriber
+from server.sources import (
+    MediaPathError,
+    PathOutsideMediaRoot,
+    SourceLimitReached,
+    SourceManager,
+    SourceRequest,
+    Subscriber,
+)
 from server.state import SESSIONS, SETTINGS, SOURCES, WEBSOCKETS
 
 log = logging.getLogger(__name__)
@@ -81,15 +90,6 @@ class SourceList(BaseModel):
     partial: bool = Field(False, description=_PARTIAL)
 
 
-class ErrorDetail(BaseModel):
-    code: str
-    message: str
-
-
-class ErrorBody(BaseModel):
-    error: ErrorDetail
-
-
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
     version: str
@@ -122,9 +122,7 @@ async def offer(request: web.Request) -> web.Response:
             config = config.merged(body.options)
         session, answer = await _sessions(request).open(body.sdp, config)
     except OfferRejected as rejected:
-        headers = ({"Retry-After": str(max(1, math.ceil(rejected.retry_after_s)))}
-                   if rejected.retry_after_s is not None else None)
-        raise ApiError(rejected.status, rejected.code, rejected.message, headers=headers) from None
+        raise ApiError(rejected.code, rejected.message, retry_after_s=rejected.retry_after_s) from None
     return _json(OfferResponse(sdp=answer.sdp, session_id=session.id))
 
 
@@ -136,7 +134,7 @@ async def list_sessions(request: web.Request) -> web.Response:
 def _session_or_404(request: web.Request):
     session = _sessions(request).get(request.match_info["session_id"])
     if session is None:
-        raise ApiError(404, "not_found", "no such session")
+        raise ApiError("not_found", "no such session")
     return session
 
 
@@ -191,10 +189,12 @@ async def create_source(request: web.Request) -> web.Response:
     body: SourceRequest = await read_json_body(request, SourceRequest)
     try:
         source = _sources(request).start(body)
+    except PathOutsideMediaRoot as error:
+        raise ApiError("invalid_path", str(error), param="path", kind="forbidden") from None
     except MediaPathError as error:
-        raise ApiError(403 if "outside" in str(error) else 400, "invalid_path", str(error)) from None
+        raise ApiError("invalid_path", str(error), param="path") from None
     except SourceLimitReached as error:
-        raise ApiError(429, "too_many_sources", str(error)) from None
+        raise ApiError("too_many_sources", str(error)) from None
     return _json(SourceInfo.model_validate(source.describe()), status=201)
 
 
@@ -206,7 +206,7 @@ async def list_sources(request: web.Request) -> web.Response:
 def _source_or_404(request: web.Request):
     source = _sources(request).get(request.match_info["source_id"])
     if source is None:
-        raise ApiError(404, "not_found", "no such source")
+        raise ApiError("not_found", "no such source")
     return source
 
 
@@ -272,13 +272,11 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def openapi(request: web.Request) -> web.Response:
     from server.events_api import event_routes
-    from server.openapi import build_openapi
+    from server.memory import memory_routes
 
     registered = {(route.method, route.resource.canonical) for route in request.app.router.routes()
                   if route.resource is not None}
     documented = [route for route in v1_routes() if (route.method, route.path) in registered]  # as configured
-    from server.memory import memory_routes
-
     return web.json_response(build_openapi([*ROUTES, *event_routes(), *memory_routes(), *documented]))
 
 
@@ -325,7 +323,11 @@ ROUTES: tuple[Route, ...] = (
           SessionConfigPatch, SessionConfig, errors=(401, 404, 413, 415, 422)),
     Route("GET", "/api/sources/{source_id}/results", source_results,
           "WebSocket: the source's protocol messages (upgrade required)", status=101, errors=(401, 404)),
-    Route("GET", "/healthz", healthz, "Liveness", response=Health, errors=(401,)),
+    Route("GET", "/healthz", healthz, "Health: version, sessions and sources (token required)", response=Health,
+          errors=(401,)),
+    Route("GET", "/livez", livez, "Liveness probe (no token; reveals nothing)", response=Liveness),
+    Route("GET", "/readyz", readyz, "Readiness probe (no token): 200 ready, 503 starting; per-model states only "
+          "with the token", response=Readiness, errors=(503,)),
     Route("GET", "/metrics", metrics, "Prometheus metrics", errors=(401,), content_type=CONTENT_TYPE_LATEST),
     Route("GET", "/openapi.json", openapi, "This document", errors=(401,)),
 )

@@ -6,21 +6,25 @@ import logging
 
 from aiohttp import web
 
+from pipelines.errors import ApiError
 from server.api import ROUTES
 from server.audio_api import setup_audio_api
 from server.auth import auth_middleware
 from server.cluster import setup_cluster
 from server.config import Settings
-from server.engines import build_analyzers, close_shared_llm
-from server.errors import ApiError, json_errors
+from server.engines import ENGINES, Engines
+from server.errors import json_errors
 from server.events_api import setup_events_api
 from server.grpc_api.service import setup_grpc
 from server.ice import restrict_host_addresses
 from server.memory import setup_memory
 from server.openai_api import setup_openai_api
+from server.probes import setup_probes
 from server.sessions import Analyzers, SessionRegistry
+from server.shared_redis import setup_redis
 from server.sources import SourceManager
 from server.state import SESSIONS, SETTINGS, SOURCES, WEBSOCKETS
+from server.v1_ingress import setup_v1_ingress
 
 log = logging.getLogger(__name__)
 
@@ -28,32 +32,35 @@ log = logging.getLogger(__name__)
 async def _index(request: web.Request) -> web.StreamResponse:
     index = request.app[SETTINGS].server.web_root / "index.html"
     if not index.is_file():
-        raise ApiError(404, "not_found", "dashboard files not found (server.web_root)")
+        raise ApiError("not_found", "dashboard files not found (server.web_root)")
     return web.FileResponse(index)
 
 
 def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Application:
     """``analyzers`` defaults to the models the config names (loaded here, once)."""
     restrict_host_addresses(settings.webrtc.host_addresses)
-    if analyzers is None:
-        analyzers = build_analyzers(settings)
+    engines = Engines(settings, analyzers)  # loads the session models now (seconds); the rest on first use
+    analyzers = engines.analyzers
     token = settings.auth.token.get_secret_value() if settings.auth.token else None
     app = web.Application(
         middlewares=[json_errors, auth_middleware(token)],
         client_max_size=settings.server.max_body_bytes,
     )
     app[SETTINGS] = settings
+    app[ENGINES] = engines
     app[SESSIONS] = SessionRegistry(settings, analyzers)
     app[SOURCES] = SourceManager(settings, analyzers)
     app[WEBSOCKETS] = set()
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
+    redis = setup_redis(app, settings)
+    setup_v1_ingress(app, settings, redis)  # every /v1/ route: API keys or token, rate limit, size limits
     setup_events_api(app, settings)  # /api/events and the timeline store every session and source records into
-    setup_openai_api(app, settings)  # /v1/*: its own ingress (API keys, rate limit) and the chat routes
+    setup_openai_api(app, settings, redis, engines)  # the chat service (shared with gRPC) and its /v1 routes
     app.router.add_get("/", _index)
     if settings.server.web_root.is_dir():
         app.router.add_static("/static/", settings.server.web_root)
-    setup_audio_api(app, settings)  # /v1/audio/...: transcriptions, transcription jobs, speech
+    setup_audio_api(app, settings, engines)  # /v1/audio/...: transcriptions, transcription jobs, speech
     setup_cluster(app, settings)  # cluster.redis_url: before our shutdown, so SIGTERM hands sources over first
     setup_memory(app, settings, analyzers)  # /api/search, /api/collections; taps sessions, voice recall, chat docs
 
@@ -62,15 +69,15 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Ap
             await ws.close(code=1001, message=b"server shutting down")
         await app[SOURCES].stop_all()
         await app[SESSIONS].close_all()
-        await analyzers.close()
+        await engines.close_session_models()
 
     async def release_llm(app: web.Application) -> None:
-        # On cleanup, after every handler has finished (a chat stream may still be using the router at shutdown).
-        await close_shared_llm(settings)
+        await engines.close()
 
     app.on_shutdown.append(shutdown)
     app.on_cleanup.append(release_llm)
-    setup_grpc(app, settings, analyzers)
+    setup_grpc(app, settings, engines)
+    setup_probes(app)  # last: ready once every start-up step above has run
     return app
 
 

@@ -1,6 +1,7 @@
 """OpenAI-compatible audio endpoints: ``/v1/audio/transcriptions`` (direct, for short files), asynchronous
 transcription jobs (``/v1/audio/transcriptions/jobs``, persisted, for long or many files) and
-``/v1/audio/speech``. Errors use OpenAI's shape (``server.openai_errors``); auth is the app's Bearer middleware.
+``/v1/audio/speech``. Errors are ``ApiError``s, rendered in OpenAI's shape by the app's error middleware;
+auth is the /v1 ingress (``server.v1_ingress``).
 
 The models load on first use (the batch Whisper instance and the TTS voice), apart from the live sessions'.
 """
@@ -8,82 +9,40 @@ The models load on first use (the batch Whisper instance and the TTS voice), apa
 from __future__ import annotations
 
 import asyncio
-import functools
-import json
 import logging
 import math
 import tempfile
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.batch.decode import AudioDecodeError, AudioTooLong
 from pipelines.batch.engine import EngineBusy, TranscriptionEngine
 from pipelines.batch.formats import CONTENT_TYPES, RESPONSE_FORMATS, Transcript, as_json, as_text
 from pipelines.batch.jobs import JobQueue, JobStoreInUse, JobStoreUnavailable, QueueFull
 from pipelines.batch.store import JobRecord
+from pipelines.errors import ApiError
 from pipelines.speech import CONTENT_TYPES as SPEECH_CONTENT_TYPES
 from pipelines.speech import SpeechBusy, SpeechSynthesizer
 from server.config import Settings
-from server.engines import build_batch_stt
-from server.errors import client_left, json_error_reason, record_client_left
-from server.metrics import HTTP_ERRORS
-from server.openai_errors import openai_error
+from server.engines import Engines
+from server.errors import read_json_body
+from server.v1_ingress import MULTIPART_FIELD_BYTES as MAX_FIELD_BYTES
 
 log = logging.getLogger(__name__)
 
-MAX_FIELD_BYTES = 64 * 1024  # the form fields other than the file (model, prompt, ...) together
 RETRY_AFTER_S = 5
 TRANSCRIPTION_FIELDS = frozenset({"file", "model", "language", "prompt", "response_format", "temperature",
                                   "timestamp_granularities", "timestamp_granularities[]", "stream"})
 JOB_FIELDS = frozenset({"file", "model", "language", "prompt"})
 
 
-class Rejected(Exception):
-    """A request the client must change (or retry later): answered with an OpenAI-shaped error."""
-
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 type: str = "invalid_request_error", retry_after_s: int | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
-        self.retry_after_s = retry_after_s
-
-
-def _openai_errors(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
-    @functools.wraps(handler)
-    async def wrapped(request: web.Request) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except Rejected as rejected:
-            HTTP_ERRORS.labels(status=str(rejected.status), code=rejected.code or rejected.type).inc()
-            response = openai_error(rejected.status, rejected.message, type=rejected.type, param=rejected.param,
-                                    code=rejected.code)
-            if rejected.retry_after_s is not None:
-                response.headers["Retry-After"] = str(rejected.retry_after_s)
-            return response
-        except web.HTTPException:
-            raise  # the app's error middleware answers these
-        except ConnectionResetError as error:
-            if not client_left(request, error):
-                raise
-            record_client_left(request)
-            return openai_error(400, "the client closed the connection", code="client_closed_request")
-        except Exception:  # a bug or a broken disk: still OpenAI's shape, the details in the log
-            log.exception("unhandled error on %s %s", request.method, request.path)
-            HTTP_ERRORS.labels(status="500", code="internal").inc()
-            return openai_error(500, "internal server error; see the server log", type="server_error",
-                                code="internal")
-    return wrapped
-
-
-def _busy(message: str) -> Rejected:
-    return Rejected(503, f"{message}; retry later", type="server_error", code="server_busy",
-                    retry_after_s=RETRY_AFTER_S)
+def _busy(message: str) -> ApiError:
+    return ApiError("server_busy", f"{message}; retry later", retry_after_s=RETRY_AFTER_S)
 
 
 # ---------------------------------------------------------------- the app's audio services
@@ -98,38 +57,43 @@ class AudioServices:
     _speech: SpeechSynthesizer | None = None
     _speech_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
+    engines: Engines | None = None
+
     @classmethod
-    def from_settings(cls, settings: Settings) -> AudioServices:
+    def from_settings(cls, settings: Settings, engines: Engines) -> AudioServices:
         config = settings.transcription
         # The model loads on first use (on the engine's thread), not at start-up.
-        engine = TranscriptionEngine(functools.partial(build_batch_stt, settings), job_threads=config.workers,
+        engine = TranscriptionEngine(engines.batch_stt, job_threads=config.workers,
                                      batch_size=config.batch_size, max_chunk_s=config.max_chunk_s,
                                      max_cue_s=config.max_cue_s, max_pending_requests=config.max_pending_requests,
                                      nice=config.nice)
         jobs = JobQueue(config.data_dir, engine, workers=config.workers, max_active_jobs=config.max_active_jobs,
                         max_attempts=config.max_attempts, max_audio_s=config.max_job_audio_s)
-        return cls(settings, engine, jobs)
+        return cls(settings, engine, jobs, engines=engines)
 
     async def started_jobs(self) -> JobQueue:
-        """The job queue, opened (and its workers started) on first use. Raises Rejected (503) if another
+        """The job queue, opened (and its workers started) on first use. Raises ApiError (job_store_in_use) if another
         process holds its data directory."""
         async with self._jobs_lock:
             if not self.jobs.started:
                 try:
                     await self.jobs.start()
                 except JobStoreInUse as in_use:
-                    raise Rejected(503, str(in_use), type="server_error", code="job_store_in_use") from None
+                    raise ApiError("job_store_in_use", str(in_use)) from None
                 except JobStoreUnavailable as unavailable:
                     log.error("%s", unavailable)
-                    raise Rejected(503, str(unavailable), type="server_error", code="job_store_unavailable") from None
+                    raise ApiError("job_store_unavailable", str(unavailable)) from None
             return self.jobs
+
+    @property
+    def speech_loaded(self) -> bool:
+        return self._speech is not None
 
     async def speech(self) -> SpeechSynthesizer:
         async with self._speech_lock:
             if self._speech is None:
-                from server.engines import build_tts
-
-                tts = await asyncio.to_thread(build_tts, self.settings)
+                assert self.engines is not None
+                tts = await asyncio.to_thread(self.engines.tts)
                 self._speech = SpeechSynthesizer(tts, self.settings.speech.max_pending_requests)
             return self._speech
 
@@ -156,7 +120,7 @@ class Upload:
     def one(self, name: str) -> str | None:
         values = self.fields.get(name)
         if values and len(values) > 1:
-            raise Rejected(400, f"'{name}' is given {len(values)} times", param=name)
+            raise ApiError("invalid_request", f"'{name}' is given {len(values)} times", param=name)
         return values[0] if values else None
 
 
@@ -165,34 +129,33 @@ async def _read_upload(request: web.Request, destination: Path | BinaryIO, limit
     """Stream a multipart form to disk (the 'file' part, into a path or an open file) and memory (the other
     fields), enforcing ``limit``."""
     if not request.content_type.startswith("multipart/form-data"):
-        raise Rejected(400, "send the audio as multipart/form-data with a 'file' part and a 'model' field")
-    if request.content_length is not None and request.content_length > limit + MAX_FIELD_BYTES:
-        raise Rejected(413, f"the upload is larger than the limit of {limit} bytes", param="file",
-                       code="file_too_large")
+        raise ApiError("invalid_request",
+                       "send the audio as multipart/form-data with a 'file' part and a 'model' field")
+    # a declared size over the limit was refused by the /v1 ingress already; a chunked body is counted here
     upload = Upload()
     try:
         reader = await request.multipart()
         async for part in reader:
             if not isinstance(part, BodyPartReader):
-                raise Rejected(400, "nested multipart bodies are not accepted")
+                raise ApiError("invalid_request", "nested multipart bodies are not accepted")
             name = part.name or ""
             if name not in allowed:
-                raise Rejected(400, f"unknown parameter '{name}'", param=name, code="unknown_parameter")
+                raise ApiError("unknown_parameter", f"unknown parameter '{name}'", param=name)
             if name == "file":
                 if upload.path is not None:
-                    raise Rejected(400, "send one 'file' per request", param="file")
+                    raise ApiError("invalid_request", "send one 'file' per request", param="file")
                 upload.filename = Path(part.filename or "audio").name[:255] or "audio"
                 upload.size = await _save_part(part, destination, limit)
                 upload.path = destination
             else:
                 upload.fields.setdefault(name, []).append(await _read_field(part, name))
                 if sum(len(v) for values in upload.fields.values() for v in values) > MAX_FIELD_BYTES:
-                    raise Rejected(400, f"the form fields add up to more than {MAX_FIELD_BYTES} bytes")
+                    raise ApiError("invalid_request", f"the form fields add up to more than {MAX_FIELD_BYTES} bytes")
     except (ValueError, AssertionError, web.HTTPException, HttpProcessingError) as error:
         # aiohttp reports a malformed multipart body with these (a bad part header: InvalidHeader)
-        raise Rejected(400, f"malformed multipart/form-data body: {error}") from None
+        raise ApiError("invalid_request", f"malformed multipart/form-data body: {error}") from None
     if upload.path is None:
-        raise Rejected(400, "the 'file' part is missing", param="file")
+        raise ApiError("invalid_request", "the 'file' part is missing", param="file")
     return upload
 
 
@@ -204,8 +167,7 @@ async def _save_part(part: BodyPartReader, destination: Path | BinaryIO, limit: 
         while chunk := await part.read_chunk(1 << 16):
             size += len(chunk)
             if size > limit:
-                raise Rejected(413, f"the upload is larger than the limit of {limit} bytes", param="file",
-                               code="file_too_large")
+                raise ApiError("file_too_large", f"the upload is larger than the limit of {limit} bytes", param="file")
             pending += chunk
             if len(pending) >= 1 << 20:  # write in big pieces, off the event loop
                 await asyncio.to_thread(out.write, bytes(pending))
@@ -215,7 +177,7 @@ async def _save_part(part: BodyPartReader, destination: Path | BinaryIO, limit: 
         if isinstance(destination, Path):
             await asyncio.to_thread(out.close)
     if size == 0:
-        raise Rejected(400, "the uploaded file is empty", param="file")
+        raise ApiError("invalid_request", "the uploaded file is empty", param="file")
     return size
 
 
@@ -224,11 +186,11 @@ async def _read_field(part: BodyPartReader, name: str) -> str:
     while chunk := await part.read_chunk(8192):
         data += chunk
         if len(data) > MAX_FIELD_BYTES:
-            raise Rejected(400, f"'{name}' is longer than {MAX_FIELD_BYTES} bytes", param=name)
+            raise ApiError("invalid_request", f"'{name}' is longer than {MAX_FIELD_BYTES} bytes", param=name)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise Rejected(400, f"'{name}' is not UTF-8 text", param=name) from None
+        raise ApiError("invalid_request", f"'{name}' is not UTF-8 text", param=name) from None
 
 
 class _TemporaryUpload:
@@ -259,26 +221,26 @@ class TranscriptionParams:
 async def _transcription_params(services: AudioServices, upload: Upload) -> TranscriptionParams:
     model_name = upload.one("model")
     if not model_name:
-        raise Rejected(400, "'model' is required (e.g. 'whisper-1')", param="model")
+        raise ApiError("invalid_request", "'model' is required (e.g. 'whisper-1')", param="model")
     try:
         model = await services.engine.model()
     except Exception as error:  # a model that cannot load is the server's problem, not the client's
         log.exception("batch transcription model failed to load")
-        raise Rejected(503, f"the transcription model is not available: {error}", type="server_error",
-                       code="model_unavailable") from None
+        raise ApiError("model_unavailable", f"the transcription model is not available: {error}") from None
     accepted = [*services.settings.transcription.model_aliases, model.name]
     if model_name not in accepted:
-        raise Rejected(400, f"model '{model_name}' is not served here; use one of {accepted}", param="model",
-                       code="model_not_found")
+        raise ApiError("model_not_found", f"model '{model_name}' is not served here; use one of {accepted}",
+                       param="model", kind="bad_request")
     language = upload.one("language") or None
     try:
         model.check_language(language)
     except ValueError as error:
-        raise Rejected(400, str(error), param="language", code="unsupported_language") from None
+        raise ApiError("unsupported_language", str(error), param="language") from None
     prompt = upload.one("prompt") or None
     response_format = upload.one("response_format") or "json"
     if response_format not in RESPONSE_FORMATS:
-        raise Rejected(400, f"response_format must be one of {list(RESPONSE_FORMATS)}, not '{response_format}'",
+        raise ApiError("invalid_request",
+                       f"response_format must be one of {list(RESPONSE_FORMATS)}, not '{response_format}'",
                        param="response_format")
     temperature = 0.0
     if (raw := upload.one("temperature")) is not None:
@@ -287,17 +249,19 @@ async def _transcription_params(services: AudioServices, upload: Upload) -> Tran
         except ValueError:
             temperature = math.nan
         if not 0.0 <= temperature <= 1.0:
-            raise Rejected(400, f"temperature must be a number from 0 to 1, not '{raw}'", param="temperature")
+            raise ApiError("invalid_request", f"temperature must be a number from 0 to 1, not '{raw}'",
+                           param="temperature")
     granularities = upload.fields.get("timestamp_granularities[]", []) + upload.fields.get(
         "timestamp_granularities", [])
     if any(g not in ("segment", "word") for g in granularities):
-        raise Rejected(400, f"timestamp_granularities takes 'segment' and 'word', not {granularities}",
+        raise ApiError("invalid_request",
+                       f"timestamp_granularities takes 'segment' and 'word', not {granularities}",
                        param="timestamp_granularities")
     if granularities and response_format != "verbose_json":
-        raise Rejected(400, "timestamp_granularities needs response_format 'verbose_json'",
+        raise ApiError("invalid_request", "timestamp_granularities needs response_format 'verbose_json'",
                        param="timestamp_granularities")
     if (upload.one("stream") or "false").lower() not in ("false", "0"):
-        raise Rejected(400, "streamed transcription is not available; omit 'stream'", param="stream")
+        raise ApiError("invalid_request", "streamed transcription is not available; omit 'stream'", param="stream")
     return TranscriptionParams(model_name, language, prompt, response_format, temperature, "word" in granularities)
 
 
@@ -314,7 +278,6 @@ def _transcript_response(transcript: Transcript, response_format: str, words: bo
 # ---------------------------------------------------------------- handlers: direct transcription
 
 
-@_openai_errors
 async def create_transcription(request: web.Request) -> web.StreamResponse:
     services = request.app[AUDIO]
     config = services.settings.transcription
@@ -327,11 +290,10 @@ async def create_transcription(request: web.Request) -> web.StreamResponse:
                 path, language=params.language, prompt=params.prompt, temperature=params.temperature,
                 max_seconds=config.max_request_audio_s)
         except AudioTooLong as error:
-            raise Rejected(400, f"{error}; submit it as a job: POST /v1/audio/transcriptions/jobs",
-                           param="file", code="audio_too_long") from None
+            raise ApiError("audio_too_long", f"{error}; submit it as a job: POST /v1/audio/transcriptions/jobs",
+                           param="file") from None
         except AudioDecodeError as error:
-            raise Rejected(400, f"the uploaded file is not usable audio: {error}", param="file",
-                           code="invalid_audio") from None
+            raise ApiError("invalid_audio", f"the uploaded file is not usable audio: {error}", param="file") from None
         except EngineBusy as busy:
             raise _busy(str(busy)) from None
     return _transcript_response(transcript, params.response_format, params.word_timestamps)
@@ -364,7 +326,6 @@ def _job_body(job: JobRecord, transcript: Transcript | None = None) -> dict[str,
     return body
 
 
-@_openai_errors
 async def create_transcription_job(request: web.Request) -> web.StreamResponse:
     services = request.app[AUDIO]
     config = services.settings.transcription
@@ -385,10 +346,9 @@ async def create_transcription_job(request: web.Request) -> web.StreamResponse:
     except EngineBusy as busy:
         raise _busy(str(busy)) from None
     except AudioTooLong as error:
-        raise Rejected(400, str(error), param="file", code="audio_too_long") from None
+        raise ApiError("audio_too_long", str(error), param="file") from None
     except AudioDecodeError as error:
-        raise Rejected(400, f"the uploaded file is not usable audio: {error}", param="file",
-                       code="invalid_audio") from None
+        raise ApiError("invalid_audio", f"the uploaded file is not usable audio: {error}", param="file") from None
     return web.json_response(_job_body(job), status=202)
 
 
@@ -397,59 +357,54 @@ async def _job_or_404(request: web.Request) -> tuple[JobQueue, JobRecord]:
     job_id = request.match_info["job_id"]
     job = await jobs.get(job_id)
     if job is None:
-        raise Rejected(404, f"no transcription job '{job_id}'", code="job_not_found")
+        raise ApiError("job_not_found", f"no transcription job '{job_id}'")
     return jobs, job
 
 
-@_openai_errors
 async def get_transcription_job(request: web.Request) -> web.StreamResponse:
     jobs, job = await _job_or_404(request)
     transcript = await jobs.result(job) if job.status == "completed" else None
     return web.json_response(_job_body(job, transcript))
 
 
-@_openai_errors
 async def get_transcription_job_result(request: web.Request) -> web.StreamResponse:
     jobs, job = await _job_or_404(request)
     response_format = request.query.get("response_format", "json")
     if response_format not in RESPONSE_FORMATS:
-        raise Rejected(400, f"response_format must be one of {list(RESPONSE_FORMATS)}", param="response_format")
+        raise ApiError("invalid_request", f"response_format must be one of {list(RESPONSE_FORMATS)}",
+                       param="response_format")
     if job.status != "completed":
-        raise Rejected(409, f"job '{job.id}' is {job.status}; its result is ready when it is completed",
-                       code="job_not_completed")
+        raise ApiError("job_not_completed", f"job '{job.id}' is {job.status}; its result is ready when it is completed")
     return _transcript_response(await jobs.result(job), response_format)
 
 
-@_openai_errors
 async def list_transcription_jobs(request: web.Request) -> web.StreamResponse:
     jobs = await request.app[AUDIO].started_jobs()
     status = request.query.get("status")
     if status is not None and status not in ("queued", "running", "completed", "failed", "cancelled"):
-        raise Rejected(400, f"unknown status '{status}'", param="status")
+        raise ApiError("invalid_request", f"unknown status '{status}'", param="status")
     try:
         limit = int(request.query.get("limit", "100"))
     except ValueError:
         limit = 0
     if not 1 <= limit <= 1000:
-        raise Rejected(400, "limit must be an integer from 1 to 1000", param="limit")
+        raise ApiError("invalid_request", "limit must be an integer from 1 to 1000", param="limit")
     records = await jobs.list(status, limit)
     return web.json_response({"object": "list", "data": [_job_body(job) for job in records]})
 
 
-@_openai_errors
 async def cancel_transcription_job(request: web.Request) -> web.StreamResponse:
     jobs, job = await _job_or_404(request)
     if not job.active:
-        raise Rejected(409, f"job '{job.id}' is already {job.status}", code="job_not_active")
+        raise ApiError("job_not_active", f"job '{job.id}' is already {job.status}")
     cancelled = await jobs.cancel(job.id)
     if cancelled is None:  # deleted meanwhile
-        raise Rejected(404, f"no transcription job '{job.id}'", code="job_not_found")
+        raise ApiError("job_not_found", f"no transcription job '{job.id}'")
     if cancelled.status != "cancelled":  # it ended meanwhile
-        raise Rejected(409, f"job '{job.id}' is already {cancelled.status}", code="job_not_active")
+        raise ApiError("job_not_active", f"job '{job.id}' is already {cancelled.status}")
     return web.json_response(_job_body(cancelled))
 
 
-@_openai_errors
 async def delete_transcription_job(request: web.Request) -> web.StreamResponse:
     jobs, job = await _job_or_404(request)
     await jobs.delete(job.id)
@@ -470,43 +425,29 @@ class SpeechRequest(BaseModel):
     stream_format: Literal["audio", "sse"] = "audio"
 
 
-@_openai_errors
 async def create_speech(request: web.Request) -> web.StreamResponse:
     services = request.app[AUDIO]
     config = services.settings.speech
-    if request.content_type != "application/json":
-        raise Rejected(400, "send the request as application/json")
-    try:
-        data = json.loads(await request.read())
-    except web.HTTPRequestEntityTooLarge:
-        raise Rejected(413, "request body too large") from None
-    except (ValueError, RecursionError) as error:
-        raise Rejected(400, f"body is not valid JSON: {json_error_reason(error)}") from None
-    try:
-        body = SpeechRequest.model_validate(data)
-    except ValidationError as error:
-        first = error.errors()[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        raise Rejected(400, f"{param or 'body'}: {first['msg']}", param=param) from None
+    body = await read_json_body(request, SpeechRequest)
     if not body.input.strip():
-        raise Rejected(400, "input has nothing to say (only whitespace)", param="input")
+        raise ApiError("invalid_request", "input has nothing to say (only whitespace)", param="input")
     if len(body.input) > config.max_input_chars:
-        raise Rejected(400, f"input is longer than {config.max_input_chars} characters", param="input")
+        raise ApiError("invalid_request", f"input is longer than {config.max_input_chars} characters", param="input")
     if body.stream_format == "sse":
-        raise Rejected(400, "stream_format 'sse' is not available; use 'audio'", param="stream_format")
+        raise ApiError("invalid_request", "stream_format 'sse' is not available; use 'audio'", param="stream_format")
     try:
         speech = await services.speech()
     except Exception as error:
         log.exception("TTS failed to load")
-        raise Rejected(503, f"the speech model is not available: {error}", type="server_error",
-                       code="model_unavailable") from None
+        raise ApiError("model_unavailable", f"the speech model is not available: {error}") from None
     models = [*config.model_aliases, speech.tts.name]
     if body.model not in models:
-        raise Rejected(400, f"model '{body.model}' is not served here; use one of {models}", param="model",
-                       code="model_not_found")
+        raise ApiError("model_not_found", f"model '{body.model}' is not served here; use one of {models}",
+                       param="model", kind="bad_request")
     voices = [*config.voices, speech.tts.name]
     if not isinstance(body.voice, str) or body.voice not in voices:
-        raise Rejected(400, f"voice must be one of {voices} (custom voices are not available)", param="voice")
+        raise ApiError("invalid_request", f"voice must be one of {voices} (custom voices are not available)",
+                       param="voice")
     try:
         audio = await speech.speak(body.input, body.response_format, body.speed)
     except SpeechBusy as busy:
@@ -517,11 +458,11 @@ async def create_speech(request: web.Request) -> web.StreamResponse:
 # ---------------------------------------------------------------- wiring
 
 
-def setup_audio_api(app: web.Application, settings: Settings) -> None:
+def setup_audio_api(app: web.Application, settings: Settings, engines: Engines) -> None:
     """Add the audio routes and their services to ``app`` (models load on first use)."""
     if not (settings.transcription.enabled or settings.speech.enabled):
         return
-    services = AudioServices.from_settings(settings)
+    services = AudioServices.from_settings(settings, engines)
     app[AUDIO] = services
     if settings.transcription.enabled:
         app.router.add_post("/v1/audio/transcriptions", create_transcription)
@@ -539,7 +480,7 @@ def setup_audio_api(app: web.Application, settings: Settings) -> None:
         if settings.transcription.enabled and JobQueue.exists(settings.transcription.data_dir):
             try:
                 await services.started_jobs()
-            except Rejected as in_use:  # the server still serves everything else; job requests get this 503
+            except ApiError as in_use:  # the server still serves everything else; job requests get this 503
                 log.error("transcription jobs not resumed: %s", in_use.message)
 
     async def close(app: web.Application) -> None:

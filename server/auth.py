@@ -6,12 +6,14 @@ import hmac
 
 from aiohttp import web
 
-from server.errors import ApiError, Handler
+from pipelines.errors import ApiError
+from server.errors import Handler
 
 # The dashboard's own files must load without a token: the page is what asks the user for it.
 PUBLIC_PREFIXES = ("/static/",)
-PUBLIC_PATHS = frozenset({"/", "/index.html", "/favicon.ico"})
-# The OpenAI-compatible API checks API keys (or this token) in its own ingress (server/openai_api.py).
+PUBLIC_PATHS = frozenset({"/", "/index.html", "/favicon.ico",
+                          "/livez", "/readyz"})  # probes: an orchestrator holds no secret (server/probes.py)
+# The /v1 routes check API keys (or this token) in their own ingress (server/v1_ingress.py).
 DELEGATED_PREFIXES = ("/v1/",)
 
 
@@ -36,10 +38,9 @@ def auth_middleware(token: str | None):
             return await handler(request)
         given = presented_token(request)
         if given is None:
-            raise ApiError(401, "unauthorized", "missing token: send 'Authorization: Bearer <token>'",
-                           headers={"WWW-Authenticate": "Bearer"})
+            raise ApiError("unauthorized", "missing token: send 'Authorization: Bearer <token>'")
         if not hmac.compare_digest(given.encode(), token.encode()):
-            raise ApiError(401, "unauthorized", "wrong token", headers={"WWW-Authenticate": "Bearer"})
+            raise ApiError("unauthorized", "wrong token")
         return await handler(request)
 
     return check

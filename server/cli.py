@@ -103,9 +103,10 @@ def _export_detector(args: argparse.Namespace) -> int:
     from models.triton_detector import export_model_repository
 
     detector = _settings(args).models.detector
-    name = args.name or detector.triton.model
-    model_dir = export_model_repository(detector.weights, str(args.repository), name=name,
-                                        imgsz=args.imgsz or detector.imgsz, max_batch=args.max_batch,
+    triton = getattr(detector, "triton", None)  # the triton backend's own section, if configured
+    name = args.name or (triton.model if triton else "yolo")
+    model_dir = export_model_repository(getattr(detector, "weights", None), str(args.repository), name=name,
+                                        imgsz=args.imgsz or getattr(detector, "imgsz", 640), max_batch=args.max_batch,
                                         gpu=not args.cpu)
     print(model_dir)
     return 0

@@ -41,7 +41,7 @@ from pipelines.protocol import MediaCounts
 from server.api import SessionInfo, SessionList, SourceInfo, SourceList
 from server.config import Settings
 from server.errors import ApiError, read_json_body
-from server.sources import MediaPathError, SourceRequest, redact_url, resolve_media_path
+from server.sources import MediaPathError, PathOutsideMediaRoot, SourceRequest, redact_url, resolve_media_path
 from server.state import SESSIONS, SOURCES
 
 log = logging.getLogger(__name__)
@@ -287,7 +287,7 @@ class ClusterNode:
 
     def _require(self) -> None:
         if not self.connected:
-            raise ApiError(503, "cluster_unavailable",
+            raise ApiError("cluster_unavailable",
                            "the cluster's Redis cannot be reached: new sources cannot be placed now (sources "
                            "already running keep running); try again when it is back")
 
@@ -306,12 +306,12 @@ class ClusterNode:
             self._require()
         candidates = [node for node in self._nodes.values() if not node.draining]
         if not candidates:
-            raise ApiError(503, "no_live_node", "no live, non-draining node can take a source")
+            raise ApiError("no_live_node", "no live, non-draining node can take a source")
         target = min(candidates, key=lambda node: (node.score, node.id != self.node_id, node.id))
         total = sum(len(node.sources) for node in self._nodes.values())
         capacity = self.settings.sessions.max_sources * len(candidates)
         if total >= capacity:
-            raise ApiError(429, "too_many_sources", f"the cluster's source limit is reached ({capacity})")
+            raise ApiError("too_many_sources", f"the cluster's source limit is reached ({capacity})")
         source_id = os.urandom(6).hex()
         spec = {"id": source_id, "request": body.model_dump(mode="json"), "kind": kind, "location": shown,
                 "node": target.id, "placed_at": time.time(), "created_at": time.time()}
@@ -392,7 +392,7 @@ class ClusterNode:
         self._require()
         others = [node for node in self._nodes.values() if node.id != self.node_id and not node.draining]
         if self.local_specs and not others:
-            raise ApiError(409, "no_other_node", "no other live node can take this node's sources over")
+            raise ApiError("no_other_node", "no other live node can take this node's sources over")
         self.draining = True
         handed: list[str] = []
         async with self._tick_lock:
@@ -440,8 +440,10 @@ async def cluster_middleware(request: web.Request, handler: Handler) -> web.Stre
         body: SourceRequest = await read_json_body(request, SourceRequest)
         try:
             info = await node.create(body)
+        except PathOutsideMediaRoot as error:
+            raise ApiError("invalid_path", str(error), param="path", kind="forbidden") from None
         except MediaPathError as error:
-            raise ApiError(403 if "outside" in str(error) else 400, "invalid_path", str(error)) from None
+            raise ApiError("invalid_path", str(error), param="path") from None
         return _json(SourceInfo.model_validate(info), 201)
     if path == "/api/sources" and method == "GET":
         sources, partial = await node.list_sources()
@@ -455,7 +457,7 @@ async def cluster_middleware(request: web.Request, handler: Handler) -> web.Stre
         local = request.app[SOURCES].get(source_id)
         if len(parts) == 4 and method == "DELETE":
             if not await node.delete(source_id):
-                raise ApiError(404, "not_found", "no such source")
+                raise ApiError("not_found", "no such source")
             return web.Response(status=204)
         if local is not None:
             if len(parts) == 4 and method == "GET":
@@ -463,12 +465,12 @@ async def cluster_middleware(request: web.Request, handler: Handler) -> web.Stre
             return await handler(request)
         found = await node.find_source(source_id)
         if found is None:
-            raise ApiError(404, "not_found", "no such source")
+            raise ApiError("not_found", "no such source")
         info, owner = found
         if len(parts) == 4 and method == "GET":
             return _json(SourceInfo.model_validate(info))
         where = f"node {owner.id} at {owner.url}" if owner else "no node yet (being placed or taken over)"
-        raise ApiError(409, "source_on_other_node", f"source {source_id} runs on {where}: ask that node")
+        raise ApiError("source_on_other_node", f"source {source_id} runs on {where}: ask that node")
     if len(parts) == 4 and parts[:3] == ["", "api", "sessions"] and method == "GET":
         if request.app[SESSIONS].get(parts[3]) is None:
             sessions, _ = await node.list_sessions()

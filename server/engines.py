@@ -1,28 +1,31 @@
-"""Model engines built from the config: loaded once per process, shared by every session and source."""
+"""Model engines built from the config. ``Engines`` is the app's set: built once per app (the session models at
+start-up, the rest on first use), handed to the sessions and sources, the chat service, the audio API and gRPC,
+and closed with the app. Weights load once per process (``_shared``): several apps in one process (tests) share
+them."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import SecretStr
+from aiohttp import web
 
 from models.batch_stt import BatchedWhisper
 from models.detectors import load_detector
 from models.embeddings import TextEmbedder
 from models.llm import EmbeddedLlm, LanguageModel
 from models.packaged import ModelNotAvailable
-from models.router import ANY_MODEL, RoutedLlm, RoutingConfig, UpstreamConfig
+from models.router import RoutedLlm
 from models.stt import WhisperStt
 from models.tts import EspeakTts, PiperTts, TextToSpeech
 from models.vad import SileroVadModel
 from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import InferenceBatcher
 from pipelines.voice.loop import VoiceEngine, VoiceLoop, VoiceLoopConfig
+from server import config_mapping
 from server.config import Settings
 from server.sessions import Analyzers
 
@@ -55,17 +58,9 @@ def build_analyzers(settings: Settings) -> Analyzers:
 
 
 def build_batcher(settings: Settings) -> InferenceBatcher:
-    detector_config = settings.models.detector
-    detector = load_detector(
-        detector_config.backend,
-        weights=detector_config.weights,
-        device=detector_config.device,
-        imgsz=detector_config.imgsz,
-        conf=detector_config.conf,
-        half=detector_config.half,
-        classes=detector_config.classes,
-        triton=detector_config.triton,
-    )
+    detector = load_detector(settings.models.detector)
+    if detector is None:
+        raise ValueError("models.detector.backend is 'none': there is no detector to batch for")
     log.info("detector %s loaded on %s", detector.name, detector.device)
     return InferenceBatcher(detector, max_batch=settings.video.max_batch, max_wait_ms=settings.video.max_wait_ms)
 
@@ -108,15 +103,8 @@ def build_router(settings: Settings) -> RoutedLlm:
     """The openai backend: every configured upstream behind one router; a plain base_url is one upstream that
     serves any model name (as before routing existed)."""
     config = settings.models.llm
-
-    def secret(value: SecretStr | None) -> str | None:
-        return value.get_secret_value() if value else None
-
-    upstreams = [UpstreamConfig(u.name, u.base_url, tuple(u.models), secret(u.api_key), u.cost, u.context_window)
-                 for u in config.upstreams]
-    if config.base_url:
-        upstreams.insert(0, UpstreamConfig("default", config.base_url, (ANY_MODEL,), secret(config.api_key)))
-    return RoutedLlm(upstreams, config.model, RoutingConfig(**config.routing.model_dump()))
+    return RoutedLlm(config_mapping.upstream_configs(config), config.model,
+                     config_mapping.routing_config(config.routing))
 
 
 def build_stt(settings: Settings) -> WhisperStt:
@@ -153,11 +141,56 @@ def build_voice_engine(settings: Settings) -> VoiceEngine:
     return engine
 
 
+class Engines:
+    """The app's models. ``analyzers`` (detector batcher, voice loop) are built at start-up, because every session
+    needs them; the others (chat LLM and embedder, gRPC's STT, batch STT, TTS) when first asked for, on the
+    caller's thread (call them from a worker thread: they block while loading)."""
+
+    def __init__(self, settings: Settings, analyzers: Analyzers | None = None) -> None:
+        self.settings = settings
+        self.analyzers = analyzers if analyzers is not None else build_analyzers(settings)
+        self._lock = threading.Lock()
+        self._built: dict[str, Any] = {}
+
+    def _once(self, name: str, build: Callable[[], Any]) -> Any:
+        with self._lock:
+            if name not in self._built:
+                self._built[name] = build()
+            return self._built[name]
+
+    def llm(self) -> LanguageModel:
+        return self._once("llm", lambda: build_llm(self.settings))
+
+    def embedder(self) -> TextEmbedder:
+        return self._once("embedder", lambda: build_embedder(self.settings))
+
+    def stt(self) -> WhisperStt:
+        return self._once("stt", lambda: build_stt(self.settings))
+
+    def batch_stt(self) -> BatchedWhisper:
+        return self._once("batch_stt", lambda: build_batch_stt(self.settings))
+
+    def tts(self) -> TextToSpeech:
+        return self._once("tts", lambda: build_tts(self.settings))
+
+    def loaded(self, name: str) -> bool:
+        return name in self._built
+
+    async def close_session_models(self) -> None:
+        """On shutdown, once the sessions are closed."""
+        await self.analyzers.close()
+
+    async def close(self) -> None:
+        """On cleanup, after every handler has finished (a chat stream may still use the router at shutdown)."""
+        await close_shared_llm(self.settings)
+
+
+ENGINES = web.AppKey("engines", Engines)
+
+
 def voice_loop_config(settings: Settings, origin: str) -> VoiceLoopConfig:
-    voice = settings.voice
-    echo_gating = voice.echo_gating == "on" or (voice.echo_gating == "auto" and origin in ("rtsp", "file"))
-    shared = {f.name for f in dataclasses.fields(VoiceLoopConfig)} - {"echo_gating"}
-    return VoiceLoopConfig(echo_gating=echo_gating, **voice.model_dump(include=shared))
+    """One session's voice loop config (``server.config_mapping.voice_loop_config`` on ``settings.voice``)."""
+    return config_mapping.voice_loop_config(settings.voice, origin)
 
 
 def build_embedder(settings: Settings) -> TextEmbedder:

@@ -1,41 +1,130 @@
-"""Every HTTP error is JSON: ``{"error": {"code": ..., "message": ...}}`` with a 4xx/5xx status."""
+"""The HTTP edge of the error model (``pipelines.errors.ApiError``): one middleware renders every error as JSON,
+in Vigil's shape ``{"error": {"code", "message"}}`` or, under ``/v1/``, in OpenAI's shape
+``{"error": {"message", "type", "param", "code"}}`` (so the official SDKs raise their usual exceptions). The HTTP
+status comes from the error's code, through the tables below; nothing else decides it.
+
+``read_json_body`` is the one reader of JSON request bodies.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
+from pipelines.errors import ApiError, invalid_body, parse_json
 from server.metrics import HTTP_ERRORS
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+M = TypeVar("M", bound=BaseModel)
+
+OPENAI_PREFIX = "/v1/"
+
+# code -> HTTP status. A code not listed is the client's to fix: 400.
+HTTP_STATUS: dict[str, int] = {
+    "unauthorized": 401, "invalid_api_key": 401,
+    "forbidden": 403,
+    "not_found": 404, "model_not_found": 404, "job_not_found": 404, "collection_not_found": 404,
+    "method_not_allowed": 405,
+    "conflict": 409, "job_not_completed": 409, "job_not_active": 409, "no_other_node": 409,
+    "source_on_other_node": 409,
+    "body_too_large": 413, "file_too_large": 413, "query_too_long": 413, "document_too_large": 413,
+    "unsupported_media_type": 415,
+    "invalid_body": 422,
+    "too_many_requests": 429, "too_many_sessions": 429, "too_many_sources": 429, "rate_limit_exceeded": 429,
+    "too_many_offers": 429,
+    "internal": 500,
+    "unavailable": 503, "server_busy": 503, "model_unavailable": 503, "rate_limiter_unavailable": 503,
+    "job_store_in_use": 503, "job_store_unavailable": 503, "storage_unavailable": 503, "memory_disabled": 503,
+    "cluster_unavailable": 503, "no_live_node": 503,
+}
+# OpenAI answers every malformed request with 400; its SDKs expect that.
+OPENAI_STATUS: dict[str, int] = {**HTTP_STATUS, "invalid_body": 400, "unsupported_media_type": 400}
+OPENAI_TYPE: dict[int, str] = {
+    401: "authentication_error", 403: "permission_error", 404: "not_found_error", 429: "rate_limit_exceeded",
+}
+# Where OpenAI's own type differs from the one its status suggests.
+OPENAI_TYPE_FOR_CODE: dict[str, str] = {"model_not_found": "invalid_request_error"}
+# aiohttp's own exceptions (no route, wrong method, body over client_max_size) by status -> code
+CODE_FOR_STATUS: dict[int, str] = {
+    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
+    409: "conflict", 413: "body_too_large", 415: "unsupported_media_type", 422: "invalid_body",
+    429: "too_many_requests", 503: "unavailable",
+}
+AUTH_CODES = frozenset({"unauthorized", "invalid_api_key"})
+# The generic "fix your request" code: OpenAI sends ``code: null`` for these, and so do we.
+GENERIC_CODE = "invalid_request"
 
 
-class ApiError(web.HTTPException):
-    """Raise anywhere in a handler to answer with a JSON error."""
-
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
-        self.status_code = status
-        super().__init__(
-            text=json.dumps({"error": {"code": code, "message": message}}),
-            content_type="application/json",
-            headers=headers,
-        )
-        self.code = code
+# ---------------------------------------------------------------- the two wire shapes (also /openapi.json's schemas)
 
 
-def _code_for(status: int) -> str:
-    return {
-        400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-        405: "method_not_allowed", 409: "conflict", 413: "body_too_large", 415: "unsupported_media_type",
-        422: "invalid_body", 429: "too_many_requests", 503: "unavailable",
-    }.get(status, "error" if status >= 500 else "http_error")
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    details: list[dict[str, Any]] | None = Field(None, description="Per-parameter issues of an invalid body.")
+
+
+class ErrorBody(BaseModel):
+    """Vigil's error shape."""
+
+    error: ErrorDetail
+
+
+class OpenAiErrorDetail(BaseModel):
+    message: str
+    type: str = Field(description="invalid_request_error, authentication_error, permission_error, "
+                      "not_found_error, rate_limit_exceeded or server_error")
+    param: str | None
+    code: str | None
+
+
+class OpenAiErrorBody(BaseModel):
+    """OpenAI's error shape, used under /v1/."""
+
+    error: OpenAiErrorDetail
+
+
+def is_openai_path(path: str) -> bool:
+    return path.startswith(OPENAI_PREFIX)
+
+
+def http_status(error: ApiError, openai: bool = False) -> int:
+    return (OPENAI_STATUS if openai else HTTP_STATUS).get(error.kind or error.code, 400)
+
+
+def openai_error_body(error: ApiError, status: int | None = None) -> dict[str, Any]:
+    status = status or http_status(error, openai=True)
+    error_type = OPENAI_TYPE_FOR_CODE.get(error.code) or OPENAI_TYPE.get(status) or (
+        "server_error" if status >= 500 else "invalid_request_error")
+    code = None if error.code == GENERIC_CODE else error.code
+    return {"error": {"message": error.message, "type": error_type, "param": error.param, "code": code}}
+
+
+def vigil_error_body(error: ApiError) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": error.code, "message": error.message}
+    if error.details:
+        body["details"] = error.details
+    return {"error": body}
+
+
+def error_response(error: ApiError, path: str) -> web.Response:
+    openai = is_openai_path(path)
+    status = http_status(error, openai)
+    body = openai_error_body(error, status) if openai else vigil_error_body(error)
+    headers = dict(error.headers)
+    if error.retry_after_s is not None:
+        headers.setdefault("Retry-After", str(max(1, math.ceil(error.retry_after_s))))
+    if error.code in AUTH_CODES:
+        headers.setdefault("WWW-Authenticate", "Bearer")
+    HTTP_ERRORS.labels(status=str(status), code=error.code).inc()
+    return web.json_response(body, status=status, headers=headers)
 
 
 def client_left(request: web.Request, error: BaseException) -> bool:
@@ -53,52 +142,41 @@ def record_client_left(request: web.Request) -> None:
 
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Outermost middleware: every error, raised anywhere below, leaves as JSON in the route family's shape."""
     try:
         return await handler(request)
     except ConnectionResetError as error:
         if not client_left(request, error):
             log.exception("unhandled error on %s %s", request.method, request.path)
-            HTTP_ERRORS.labels(status="500", code="internal").inc()
-            raise ApiError(500, "internal", "internal server error; see the server log") from None
-        record_client_left(request)
-        raise ApiError(400, "client_closed_request", "the client closed the connection") from None
+            return error_response(ApiError("internal", "internal server error; see the server log"), request.path)
+        record_client_left(request)  # nobody reads an answer: count it (499, not a 5xx) and close
+        return web.Response(status=499)
     except ApiError as error:
-        HTTP_ERRORS.labels(status=str(error.status), code=error.code).inc()
-        raise
+        return error_response(error, request.path)
     except web.HTTPException as error:
         if error.status < 400:
             raise
-        code = _code_for(error.status)
-        HTTP_ERRORS.labels(status=str(error.status), code=code).inc()
-        message = error.reason if error.status != 413 else "request body too large"
-        raise ApiError(error.status, code, message) from None
+        code = CODE_FOR_STATUS.get(error.status, "internal" if error.status >= 500 else "bad_request")
+        message = "request body too large" if error.status == 413 else error.reason
+        return error_response(ApiError(code, message), request.path)
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        HTTP_ERRORS.labels(status="500", code="internal").inc()
-        raise ApiError(500, "internal", "internal server error; see the server log") from None
+        return error_response(ApiError("internal", "internal server error; see the server log"), request.path)
 
 
-def json_error_reason(error: Exception) -> str:
-    """Why a JSON body did not parse; RecursionError (nesting ~1,000 deep) says so instead of its long text."""
-    return "nested too deeply" if isinstance(error, RecursionError) else str(error)
-
-
-async def read_json_body(request: web.Request, model: type[BaseModel]) -> Any:
-    """Parse and validate a JSON body, answering 400/413/415/422 with a clear message."""
-    if request.content_type != "application/json":
-        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
+async def read_json_body(request: web.Request, model: type[M], *, require_content_type: bool = True) -> M:
+    """The one reader of JSON bodies: content type (415), size (413), any parse failure (400 ``invalid_json``),
+    validation against ``model`` (``invalid_body``: 422, or 400 under /v1)."""
+    if require_content_type and request.content_type != "application/json":
+        raise ApiError("unsupported_media_type", "send the body as application/json")
     try:
-        data = await request.json()
+        raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        raise ApiError(413, "body_too_large", "request body too large") from None
-    except (ValueError, RecursionError) as error:
-        raise ApiError(400, "invalid_json", f"body is not valid JSON: {json_error_reason(error)}") from None
+        raise ApiError("body_too_large", "request body too large") from None
+    data = parse_json(raw)
     try:
         return model.model_validate(data)
     except RecursionError:
-        raise ApiError(400, "invalid_json", "body is not valid JSON: nested too deeply") from None
+        raise ApiError("invalid_json", "body is not valid JSON: nested too deeply") from None
     except ValidationError as error:
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in item['loc']) or '<body>'}: {item['msg']}" for item in error.errors()
-        )
-        raise ApiError(422, "invalid_body", details[:2000]) from None
+        raise invalid_body(error) from None

@@ -57,9 +57,9 @@ def _info(entry: TimelineEntry) -> EventInfo:
 def _store(request: web.Request) -> TimelineStore:
     store = request.app.get(TIMELINE)
     if store is None:
-        raise ApiError(404, "not_found", "the timeline is off (storage.enabled: false)")
+        raise ApiError("not_found", "the timeline is off (storage.enabled: false)")
     if not store.available:
-        raise ApiError(503, "storage_unavailable", store.open_error or "timeline storage unavailable")
+        raise ApiError("storage_unavailable", store.open_error or "timeline storage unavailable")
     return store
 
 
@@ -70,14 +70,14 @@ def _float(request: web.Request, name: str) -> float | None:
     try:
         return float(raw)
     except ValueError:
-        raise ApiError(400, "invalid_parameter", f"{name} must be a number (seconds since the epoch)") from None
+        raise ApiError("invalid_parameter", f"{name} must be a number (seconds since the epoch)") from None
 
 
 async def _blocking(fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return await asyncio.to_thread(fn, *args, **kwargs)
     except StorageUnavailable as error:
-        raise ApiError(503, "storage_unavailable", str(error)) from None
+        raise ApiError("storage_unavailable", str(error)) from None
 
 
 async def list_events(request: web.Request) -> web.Response:
@@ -87,12 +87,12 @@ async def list_events(request: web.Request) -> web.Response:
         limit = int(query.get("limit", "50"))
         cursor = int(query["cursor"]) if query.get("cursor") else None
     except ValueError:
-        raise ApiError(400, "invalid_parameter", "limit and cursor must be integers") from None
+        raise ApiError("invalid_parameter", "limit and cursor must be integers") from None
     if not 1 <= limit <= MAX_PAGE:
-        raise ApiError(400, "invalid_parameter", f"limit must be 1..{MAX_PAGE}")
+        raise ApiError("invalid_parameter", f"limit must be 1..{MAX_PAGE}")
     kinds = tuple(k for k in query.get("kind", "event,alert").split(",") if k)
     if not kinds or any(k not in ENTRY_KINDS for k in kinds):
-        raise ApiError(400, "invalid_parameter", f"kind must be a comma-separated list of {', '.join(ENTRY_KINDS)}")
+        raise ApiError("invalid_parameter", f"kind must be a comma-separated list of {', '.join(ENTRY_KINDS)}")
     source = query.get("source") or query.get("session") or None
     entries = await _blocking(store.query, source=source, name=query.get("name") or None, kinds=kinds,
                               since=_float(request, "since"), until=_float(request, "until"), before_seq=cursor,
@@ -106,7 +106,7 @@ async def _entry_or_404(request: web.Request) -> tuple[TimelineStore, TimelineEn
     store = _store(request)
     entry = await _blocking(store.get, request.match_info["event_id"])
     if entry is None:
-        raise ApiError(404, "not_found", "no such event")
+        raise ApiError("not_found", "no such event")
     return store, entry
 
 
@@ -120,7 +120,7 @@ async def _file(request: web.Request, which: Literal["clip", "snapshot"], conten
     path = await asyncio.to_thread(store.media_path, entry.clip if which == "clip" else entry.snapshot)
     if path is None:
         state = f" (clip {entry.clip_state})" if which == "clip" else ""
-        raise ApiError(404, "not_found", f"this event has no {which}{state}")
+        raise ApiError("not_found", f"this event has no {which}{state}")
     # FileResponse answers Range requests (206 with the requested bytes), so a browser can seek in the clip.
     return web.FileResponse(path, headers={"Content-Type": content_type, "Cache-Control": "private, max-age=3600"})
 

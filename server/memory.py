@@ -10,12 +10,14 @@ import dataclasses
 import logging
 import re
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from models.embeddings import TextEmbedder
 from pipelines.memory.documents import document_entries
 from pipelines.memory.entries import KINDS, TIMELINE_KINDS, SearchFilters, SearchHit
 from pipelines.memory.index import MemoryIndex, SearchMode
@@ -24,9 +26,8 @@ from pipelines.memory.tap import SessionTap
 from pipelines.memory.vectors import MilvusVectors
 from pipelines.serving.chat import ChatInput
 from server.config import Settings
-from server.engines import build_embedder
+from server.engines import ENGINES
 from server.errors import ApiError
-from server.openai_errors import OpenAiApiError
 from server.sessions import Analyzers
 from server.state import SETTINGS
 
@@ -38,13 +39,14 @@ SEARCH_PARAMS = frozenset({"q", "source", "session", "kind", "since", "until", "
 MODES: tuple[SearchMode, ...] = ("hybrid", "keyword", "vector")
 
 
-def build_index(settings: Settings) -> MemoryIndex:
+def build_index(settings: Settings, embedder: Callable[[], TextEmbedder]) -> MemoryIndex:
+    """``embedder``: the app's MiniLM (``Engines.embedder``, loaded on first use and shared with the chat cache)."""
     config = settings.memory
     uri = config.uri or str(config.data_dir / "vectors.db")  # a .db path: pymilvus runs Milvus Lite in-process
     token = config.token.get_secret_value() if config.token else None
     return MemoryIndex(
         config.data_dir,
-        embedder=lambda: build_embedder(settings),
+        embedder=embedder,
         vectors=lambda dimension: MilvusVectors(uri, config.collection, dimension, token=token),
         queue_max=config.queue_max, batch_max=config.batch_max, candidates=config.candidates, rrf_k=config.rrf_k,
     )
@@ -57,7 +59,7 @@ def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers)
     config = settings.memory
     if not config.enabled:
         return None
-    index = build_index(settings)
+    index = build_index(settings, app[ENGINES].embedder)
     app[MEMORY] = index
 
     def observe(pipeline: Any) -> SessionTap:
@@ -97,7 +99,7 @@ def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers)
 def _index(request: web.Request) -> MemoryIndex:
     index = request.app.get(MEMORY)
     if index is None:
-        raise ApiError(503, "memory_disabled", "memory is disabled (memory.enabled: false)")
+        raise ApiError("memory_disabled", "memory is disabled (memory.enabled: false)")
     return index
 
 
@@ -140,7 +142,7 @@ def parse_time(name: str, value: str) -> float:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        raise ApiError(400, "invalid_time", f"{name} must be unix seconds or ISO 8601 (got {value[:64]!r})") from None
+        raise ApiError("invalid_time", f"{name} must be unix seconds or ISO 8601 (got {value[:64]!r})") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
@@ -150,41 +152,41 @@ def parse_search(query: dict[str, str], getall: Any, settings: Settings) -> tupl
     config = settings.memory
     unknown = sorted(set(query) - SEARCH_PARAMS)
     if unknown:
-        raise ApiError(400, "unknown_parameter", f"unknown parameter(s) {', '.join(unknown)}; "
+        raise ApiError("unknown_parameter", f"unknown parameter(s) {', '.join(unknown)}; "
                                                  f"known: {', '.join(sorted(SEARCH_PARAMS))}")
     q = query.get("q", "").strip()
     if not q:
-        raise ApiError(400, "empty_query", "q is required and must not be empty")
+        raise ApiError("empty_query", "q is required and must not be empty")
     if len(q) > config.max_query_chars:
-        raise ApiError(413, "query_too_long", f"q has {len(q)} characters; the limit is {config.max_query_chars}")
+        raise ApiError("query_too_long", f"q has {len(q)} characters; the limit is {config.max_query_chars}")
     kinds: list[str] = []
     for value in getall("kind", []):
         kinds += [k.strip() for k in value.split(",") if k.strip()]
     bad = [k for k in kinds if k not in KINDS]
     if bad:
-        raise ApiError(400, "unknown_kind", f"unknown kind(s) {', '.join(bad)[:200]}; known: {', '.join(KINDS)}")
+        raise ApiError("unknown_kind", f"unknown kind(s) {', '.join(bad)[:200]}; known: {', '.join(KINDS)}")
     filters = SearchFilters(kinds=tuple(dict.fromkeys(kinds)) or TIMELINE_KINDS)
     for name in ("source", "session"):
         value = query.get(name)
         if value is not None:
             if not _ID.match(value):
-                raise ApiError(400, "invalid_filter", f"{name} must be an id of 1-128 letters, digits, _.:-")
+                raise ApiError("invalid_filter", f"{name} must be an id of 1-128 letters, digits, _.:-")
             setattr(filters, name, value)
     if "since" in query:
         filters.since = parse_time("since", query["since"])
     if "until" in query:
         filters.until = parse_time("until", query["until"])
     if filters.since is not None and filters.until is not None and filters.since > filters.until:
-        raise ApiError(400, "invalid_time", "since is after until")
+        raise ApiError("invalid_time", "since is after until")
     try:
         limit = int(query.get("limit", "10"))
     except ValueError:
-        raise ApiError(400, "invalid_limit", "limit must be an integer") from None
+        raise ApiError("invalid_limit", "limit must be an integer") from None
     if not 1 <= limit <= config.max_results:
-        raise ApiError(400, "invalid_limit", f"limit must be between 1 and {config.max_results}")
+        raise ApiError("invalid_limit", f"limit must be between 1 and {config.max_results}")
     mode = query.get("mode", "hybrid")
     if mode not in MODES:
-        raise ApiError(400, "invalid_mode", f"mode must be one of {', '.join(MODES)}")
+        raise ApiError("invalid_mode", f"mode must be one of {', '.join(MODES)}")
     return q, filters, limit, mode  # type: ignore[return-value]
 
 
@@ -246,7 +248,7 @@ class DocumentDetail(DocumentInfo):
 def _collection(request: web.Request) -> str:
     name = request.match_info["collection"]
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
-        raise ApiError(400, "invalid_collection", "a collection name is 1-64 letters, digits, _ . -")
+        raise ApiError("invalid_collection", "a collection name is 1-64 letters, digits, _ . -")
     return name
 
 
@@ -256,36 +258,36 @@ async def add_document(request: web.Request) -> web.Response:
     limits = settings.memory.documents
     collection = _collection(request)
     if request.content_length is not None and request.content_length > limits.max_document_bytes:
-        raise ApiError(413, "document_too_large",
+        raise ApiError("document_too_large",
                        f"the document is {request.content_length} bytes; the limit is {limits.max_document_bytes}")
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        raise ApiError(413, "document_too_large", "request body too large") from None
+        raise ApiError("document_too_large", "request body too large") from None
     if len(raw) > limits.max_document_bytes:
-        raise ApiError(413, "document_too_large",
+        raise ApiError("document_too_large",
                        f"the document is {len(raw)} bytes; the limit is {limits.max_document_bytes}")
     if request.content_type == "application/json":
         try:
             body = DocumentBody.model_validate_json(raw)
         except ValueError as error:
-            raise ApiError(400, "invalid_body", str(error)[:1000]) from None
+            raise ApiError("invalid_document", str(error)[:1000]) from None
     elif request.content_type in ("text/plain", "text/markdown"):
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise ApiError(400, "invalid_text", "the document is not UTF-8 text") from None
+            raise ApiError("invalid_text", "the document is not UTF-8 text") from None
         name = request.query.get("name") or "untitled"
         fmt = "markdown" if request.content_type == "text/markdown" else "text"
         try:
             body = DocumentBody(name=name[:200], text=text, format=fmt)
         except ValueError:
-            raise ApiError(400, "empty_document", "the document is empty") from None
+            raise ApiError("empty_document", "the document is empty") from None
     else:
-        raise ApiError(415, "unsupported_media_type",
+        raise ApiError("unsupported_media_type",
                        "send application/json {name, text, format}, or text/plain or text/markdown with ?name=")
     if not body.text.strip():
-        raise ApiError(400, "empty_document", "the document is empty")
+        raise ApiError("empty_document", "the document is empty")
     document_id, entries = document_entries(
         collection, body.name, body.text, markdown=body.format == "markdown", chunk_chars=limits.chunk_chars,
         overlap_chars=limits.chunk_overlap_chars)
@@ -308,7 +310,7 @@ async def get_document(request: web.Request) -> web.Response:
     chunks = await index.document_chunks(request.match_info["document_id"][:64])
     chunks = [c for c in chunks if c.source == collection]
     if not chunks:
-        raise ApiError(404, "not_found", "no such document in this collection")
+        raise ApiError("not_found", "no such document in this collection")
     detail = DocumentDetail(id=chunks[0].document_id or "", collection=collection, name=chunks[0].meta.get("name"),
                             chunks=len(chunks), created=chunks[0].wall_time,
                             content=[DocumentChunk(index=c.meta.get("chunk", i), text=c.text)
@@ -322,7 +324,7 @@ async def delete_document(request: web.Request) -> web.Response:
     document_id = request.match_info["document_id"][:64]
     chunks = await index.document_chunks(document_id)
     if not chunks or chunks[0].source != collection:
-        raise ApiError(404, "not_found", "no such document in this collection")
+        raise ApiError("not_found", "no such document in this collection")
     await index.delete_document(document_id)
     return web.Response(status=204)
 
@@ -337,19 +339,19 @@ async def chat_documents(index: MemoryIndex, settings: Settings, raw: dict[str, 
     config = settings.memory.documents
     extension = raw.get("vigil")
     if extension is not None and not isinstance(extension, dict):
-        raise OpenAiApiError(400, "vigil must be an object, e.g. {\"collection\": \"manuals\"}", param="vigil")
+        raise ApiError("invalid_request", "vigil must be an object, e.g. {\"collection\": \"manuals\"}", param="vigil")
     collection = (extension or {}).get("collection", config.chat_collection)
     if collection is None:
         return chat, []
     if not isinstance(collection, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", collection):
-        raise OpenAiApiError(400, "vigil.collection must be a collection name (1-64 letters, digits, _ . -)",
+        raise ApiError("invalid_request", "vigil.collection must be a collection name (1-64 letters, digits, _ . -)",
                              param="vigil.collection")
     question = next((m.content for m in reversed(chat.messages) if m.role == "user"), "")
     if not question.strip():
         return chat, []
     if not await index.documents(collection):
-        raise OpenAiApiError(404, f"collection {collection!r} has no documents", param="vigil.collection",
-                             code="collection_not_found")
+        raise ApiError("collection_not_found", f"collection {collection!r} has no documents",
+                       param="vigil.collection")
     room = max(settings.api.prompt.max_context_documents - len(chat.documents), 0)
     hits = await index.search(question[: settings.memory.max_query_chars],
                               SearchFilters(kinds=("document",), source=collection), min(config.chat_top_k, room))

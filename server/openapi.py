@@ -9,13 +9,13 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from server import __version__
+from server.errors import ErrorBody, OpenAiErrorBody, is_openai_path
 
 
 def build_openapi(routes: Iterable[Any]) -> dict[str, Any]:
-    from server.api import ErrorBody
-
+    """The document for ``routes`` (``server.api.Route``s): errors in Vigil's shape, or OpenAI's under /v1/."""
     routes = list(routes)
-    models: set[type[BaseModel]] = {ErrorBody}
+    models: set[type[BaseModel]] = {ErrorBody, OpenAiErrorBody}
     for route in routes:
         models.update(m for m in (route.body, route.response) if m is not None)
     _, schemas = models_json_schema(
@@ -55,10 +55,11 @@ def build_openapi(routes: Iterable[Any]) -> dict[str, Any]:
         elif route.status != 101:
             ok["content"] = {route.content_type: {"schema": {}}}
         operation["responses"][str(route.status)] = ok
+        error_shape = (OpenAiErrorBody if is_openai_path(route.path) else ErrorBody).__name__
         for status in route.errors:
             operation["responses"][str(status)] = {
                 "description": "Error",
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{error_shape}"}}},
             }
         paths.setdefault(route.path, {})[route.method.lower()] = operation
     return {

@@ -52,6 +52,10 @@ class MediaPathError(ValueError):
     pass
 
 
+class PathOutsideMediaRoot(MediaPathError):
+    """The path exists but lies outside ``sources.media_root`` (a 403, not a 400)."""
+
+
 def resolve_media_path(media_root: Path, requested: str) -> Path:
     """The real file ``requested`` names inside ``media_root``; anything that escapes it is refused."""
     root = media_root.resolve()
@@ -66,7 +70,7 @@ def resolve_media_path(media_root: Path, requested: str) -> Path:
     except (OSError, RuntimeError) as error:
         raise MediaPathError(f"cannot resolve path: {error}") from None
     if not real.is_relative_to(root):
-        raise MediaPathError("path is outside the media root")
+        raise PathOutsideMediaRoot("path is outside the media root")
     if not real.is_file():
         raise MediaPathError("path is not a regular file")
     return real

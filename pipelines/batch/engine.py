@@ -108,6 +108,10 @@ class TranscriptionEngine:
         """Direct requests waiting for or running on the request thread."""
         return self._pending_requests
 
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
     async def model(self) -> BatchedWhisper:
         """The batch model; the first call loads it (seconds, on the request thread)."""
         async with self._model_lock:

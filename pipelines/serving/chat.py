@@ -44,6 +44,7 @@ class ChatInput:
     seed: int | None = None
     documents: list[str] = field(default_factory=list)
     logprobs: bool = False  # report each sent token's log-probability (such requests bypass the caches)
+    conversation_id: str | None = None  # keeps a conversation on the upstream holding its KV cache (routing)
 
 
 @dataclass
@@ -204,6 +205,7 @@ class ChatPipeline:
                     plan.request = LlmRequest(
                         fitted.messages, max_tokens=chat.max_tokens, temperature=chat.temperature, model=chat.model,
                         top_p=chat.top_p, stop=chat.stop, seed=chat.seed, logprobs=chat.logprobs,
+                        conversation_id=chat.conversation_id,
                     )
                     if semantic is not None and not semantic.done():
                         plan.start_generation(self.llm)

@@ -96,7 +96,12 @@ class StreamingContentFilter:
                 out.append(text[cursor:])
                 break
             match, is_block = found
-            if match.partial or (not final and match.end() == len(text)) or match.end() == match.start():
+            # Held too: a complete match that the text after it could still extend ("a@b.co" + ".kr": the
+            # search prefers the complete match, so ask whether everything up to the end is a match's prefix).
+            extendable = not final and not match.partial and match.end() < len(text) and (
+                match.re.fullmatch(text, match.start(), partial=True) is not None)
+            if (match.partial or extendable or (not final and match.end() == len(text))
+                    or match.end() == match.start()):
                 if match.end() == match.start():  # an empty match cannot hide anything: step past it
                     out.append(text[cursor:match.start() + 1])
                     cursor = match.start() + 1

@@ -50,7 +50,8 @@ class VoiceLoopConfig:
     barge_in: bool = True
     barge_in_min_speech_ms: float = 200
     echo_gating: bool = False
-    system_prompt: str = "You are Vigil, a concise assistant that can see through the user's camera."
+    # No default: the one prompt is the config's (voice.system_prompt), passed by server.config_mapping.
+    system_prompt: str = field(kw_only=True)
     max_reply_tokens: int = 96
     memory_tokens: int = 1024
     temperature: float = 0.0

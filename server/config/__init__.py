@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError, field_validator
+from pydantic import ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -19,6 +19,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from pipelines.errors import describe_validation_error
 from pipelines.protocol import SessionConfig
 from server.config.api import DEFAULT_SYSTEM_TEMPLATE, ApiKey, ApiSettings, RateLimit
 from server.config.auth import AuthSettings
@@ -111,6 +112,15 @@ class Settings(BaseSettings):
             raise ValueError("reconnect_max_s must be >= reconnect_initial_s")
         return value
 
+    @model_validator(mode="after")
+    def _grpc_token_limit_is_the_api_limit(self) -> Settings:
+        alias = self.grpc.max_tokens_limit
+        if alias is not None:
+            if "max_output_tokens" in self.api.model_fields_set and self.api.max_output_tokens != alias:
+                raise ValueError("grpc.max_tokens_limit is an alias of api.max_output_tokens: set only the latter")
+            self.api.max_output_tokens = alias
+        return self
+
     def session_defaults(self) -> SessionConfig:
         return SessionConfig.model_validate(
             {"video": self.video.model_dump(include={"target_fps", "zones", "lines"})}
@@ -126,11 +136,8 @@ class ConfigError(Exception):
 
 
 def _format_validation_error(error: ValidationError) -> str:
-    lines = []
-    for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "<root>"
-        lines.append(f"{key}: {item['msg']} (got {item.get('input')!r})")
-    return "invalid configuration:\n  " + "\n  ".join(lines)
+    return "invalid configuration:\n  " + describe_validation_error(error, root="<root>", with_values=True,
+                                                                     separator="\n  ", limit=None)
 
 
 def load_settings(config_file: Path | str | None = None, overrides: dict[str, Any] | None = None) -> Settings:

@@ -17,7 +17,10 @@ class GrpcSettings(Section):
     max_concurrent_rpcs: int = Field(64, ge=1, description="RPCs served at once; more get RESOURCE_EXHAUSTED.")
     max_conversations: int = Field(8, ge=1, description="Concurrent Converse streams (each runs a voice loop).")
     max_audio_s: float = Field(120.0, gt=0, description="Longest StreamInput audio (RESOURCE_EXHAUSTED beyond).")
-    max_tokens_limit: int = Field(4096, ge=1, description="Largest max_tokens a request may ask for.")
+    max_tokens_limit: int | None = Field(
+        None, ge=1, description="Deprecated alias of api.max_output_tokens, which limits every chat entrypoint "
+        "(HTTP and gRPC alike); when set, it sets api.max_output_tokens."
+    )
     outbound_queue_messages: int = Field(
         1000, ge=10, description="Converse messages buffered for a slow client before the call is ended."
     )

@@ -6,22 +6,12 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 
-from models.triton_detector import TritonDetectorConfig
+from models.detectors import DETECTORS
 from server.config.base import Section
 
-
-class DetectorModel(Section):
-    backend: Literal["yolo", "opencv-ssd", "triton", "none"] = Field(
-        "yolo", description="'none': no detector; sessions only count frames. 'triton': a YOLO model served by "
-        "Triton Inference Server (models.detector.triton)."
-    )
-    weights: str | None = Field(None, description="Path or name; None: the packaged yolo11n-pose.pt.")
-    device: str = "cpu"
-    imgsz: int = Field(640, ge=32)
-    conf: float = Field(0.25, gt=0, lt=1)
-    half: bool = False
-    classes: list[int] | None = None
-    triton: TritonDetectorConfig = TritonDetectorConfig()
+# The union of the registered detector backends' configs, discriminated by ``backend`` (default yolo): a new
+# backend is one module in models/detector_backends/ and nothing here changes.
+DetectorModel = DETECTORS.config_type()
 
 
 class SttModel(Section):
@@ -86,7 +76,7 @@ class TtsModel(Section):
 
 
 class ModelsSettings(Section):
-    detector: DetectorModel = DetectorModel()
+    detector: DetectorModel = Field(default_factory=DETECTORS.default_config)
     stt: SttModel = SttModel()
     llm: LlmModel = LlmModel()
     tts: TtsModel = TtsModel()

@@ -1,10 +1,11 @@
 """The gRPC InferenceService, served by a ``grpc.aio`` server in the HTTP server's process and event loop.
 
-Predict / StreamPredict use the configured LLM (for the openai backend: the router over its upstreams),
-StreamInput the Whisper model, Converse the voice loop. Auth: the HTTP token, as ``authorization: Bearer <token>``
-metadata. Errors are statuses with a message: INVALID_ARGUMENT (malformed request or audio), UNAUTHENTICATED,
-RESOURCE_EXHAUSTED (too much audio, too many conversations or RPCs, oversized messages: grpc's own check),
-UNAVAILABLE (no LLM upstream can serve the request), FAILED_PRECONDITION (the voice loop is disabled).
+Predict / StreamPredict run the app's chat pipeline (``server.grpc_api.predict``: the same limits, cache,
+prompt fitting and content filter as ``/v1/chat/completions``), StreamInput the Whisper model, Converse the voice
+loop. Auth: the HTTP token, as ``authorization: Bearer <token>`` metadata. Errors are statuses with a message:
+INVALID_ARGUMENT (malformed request or audio), UNAUTHENTICATED, RESOURCE_EXHAUSTED (too much audio, too many
+conversations or RPCs, oversized messages: grpc's own check), UNAVAILABLE (no LLM upstream can serve the
+request, the chat service busy), FAILED_PRECONDITION (the voice loop is disabled).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import asyncio
 import contextlib
 import hmac
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,48 +23,35 @@ import grpc
 import numpy as np
 from aiohttp import web
 
-from models.llm import ChatMessage, LanguageModel, LlmRequest, LlmRequestError, LlmUnavailable, TokenChunk
 from models.stt import WhisperStt
 from pipelines.voice.loop import VoiceLoop
 from server.auth import bearer_token
+from server.chat_service import CHAT_SERVICE, ChatService
 from server.config import Settings
-from server.engines import build_llm, build_stt
+from server.engines import Engines
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
 from server.grpc_api.audio import BadAudio, PcmDecoder, decode_container, encoding_of
 from server.grpc_api.conversation import Abort, Conversation
 from server.grpc_api.handlers import with_behavior
 from server.grpc_api.metrics import RpcMetrics
-from server.sessions import Analyzers
+from server.grpc_api.predict import ChatPredictor
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_TOKENS = 128
-ROLES = ("system", "user", "assistant")
 MAX_CONTAINER_BYTES_PER_S = 2 * 48000 * 2  # uncompressed 48 kHz stereo: no real codec needs more
-
-
-class InvalidRequest(ValueError):
-    pass
 
 
 def _ms_since(moment: float) -> int:
     return round((time.perf_counter() - moment) * 1000.0)
 
 
-def _usage(chunk_usage: Any) -> pb.Usage | None:
-    if chunk_usage is None:
-        return None
-    return pb.Usage(prompt_tokens=chunk_usage.prompt_tokens, completion_tokens=chunk_usage.completion_tokens,
-                    total_tokens=chunk_usage.total_tokens)
-
-
 class InferenceService(pb_grpc.InferenceServiceServicer):
-    def __init__(self, settings: Settings, analyzers: Analyzers) -> None:
+    def __init__(self, settings: Settings, engines: Engines, chat: ChatService) -> None:
         self.settings = settings
-        self.analyzers = analyzers
-        self._llm: LanguageModel | None = None
-        self._llm_lock = asyncio.Lock()
+        self.engines = engines
+        self.analyzers = engines.analyzers
+        self.predictor = ChatPredictor(chat)  # the chat pipeline of /v1/chat/completions
         self._stt: WhisperStt | None = None
         self._stt_executor = ThreadPoolExecutor(1, "grpc-stt")  # one decode at a time; more would only thrash
         self.conversations: set[Conversation] = set()
@@ -72,15 +59,9 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
 
     # ------------------------------------------------------------------ models, loaded on first use
 
-    async def llm(self) -> LanguageModel:
-        async with self._llm_lock:
-            if self._llm is None:
-                self._llm = await asyncio.to_thread(build_llm, self.settings)
-            return self._llm
-
     async def stt(self) -> WhisperStt:
         if self._stt is None:
-            self._stt = await asyncio.to_thread(build_stt, self.settings)
+            self._stt = await asyncio.to_thread(self.engines.stt)
         return self._stt
 
     async def close(self) -> None:
@@ -89,85 +70,15 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
 
     # ------------------------------------------------------------------ Predict, StreamPredict
 
-    def _llm_request(self, request: pb.PredictRequest) -> LlmRequest:
-        messages = []
-        for message in request.messages:
-            if message.role not in ROLES:
-                raise InvalidRequest(f"messages: role must be one of {', '.join(ROLES)}, got {message.role!r}")
-            messages.append(ChatMessage(message.role, message.content))  # type: ignore[arg-type]
-        if request.prompt:
-            messages.append(ChatMessage("user", request.prompt))
-        if not messages:
-            raise InvalidRequest("give a prompt or at least one message")
-        limit = self.settings.grpc.max_tokens_limit
-        if not 0 <= request.max_tokens <= limit:
-            raise InvalidRequest(f"max_tokens must be between 1 and {limit} (0: {DEFAULT_MAX_TOKENS}), "
-                                 f"got {request.max_tokens}")
-        temperature = request.temperature if request.HasField("temperature") else 0.0
-        if not (math.isfinite(temperature) and 0 <= temperature <= 2):
-            raise InvalidRequest(f"temperature must be between 0 and 2, got {temperature}")
-        top_p = request.top_p if request.HasField("top_p") else None
-        if top_p is not None and not (math.isfinite(top_p) and 0 < top_p <= 1):
-            raise InvalidRequest(f"top_p must be in (0, 1], got {top_p}")
-        if len(request.stop) > 4:
-            raise InvalidRequest(f"at most 4 stop sequences, got {len(request.stop)}")
-        return LlmRequest(
-            messages, max_tokens=request.max_tokens or DEFAULT_MAX_TOKENS, temperature=temperature,
-            model=request.model_id or None, top_p=top_p, stop=list(request.stop) or None,
-            seed=request.seed if request.HasField("seed") else None, logprobs=request.logprobs,
-            conversation_id=request.conversation_id or None,
-        )
-
-    async def _generate(self, request: pb.PredictRequest, context: grpc.aio.ServicerContext,
-                        ) -> AsyncIterator[TokenChunk]:
-        """The LLM's chunks; bad requests and unavailable backends end the call with a status."""
-        try:
-            llm_request = self._llm_request(request)
-        except InvalidRequest as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        llm = await self.llm()
-        try:
-            async with contextlib.aclosing(llm.generate(llm_request)) as chunks:  # closing aborts upstream
-                async for chunk in chunks:
-                    yield chunk
-        except LlmUnavailable as error:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
-        except LlmRequestError as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-
     async def Predict(self, request: pb.PredictRequest, context: grpc.aio.ServicerContext) -> pb.PredictResponse:
-        received = time.perf_counter()
-        text, finish_reason, usage, first_token_ms = [], "", None, 0
-        async with contextlib.aclosing(self._generate(request, context)) as chunks:
-            async for chunk in chunks:
-                if chunk.text:
-                    first_token_ms = first_token_ms or _ms_since(received)
-                    text.append(chunk.text)
-                finish_reason = chunk.finish_reason or finish_reason
-                usage = chunk.usage or usage
-        return pb.PredictResponse(
-            text="".join(text), finish_reason=finish_reason, usage=_usage(usage),
-            model_id=request.model_id or self.settings.models.llm.model, latency_ms=_ms_since(received),
-            time_to_first_token_ms=first_token_ms,
-        )
+        return await self.predictor.predict(request, context)
 
     async def StreamPredict(self, request: pb.PredictRequest, context: grpc.aio.ServicerContext,
                             ) -> AsyncIterator[pb.TokenResponse]:
-        received = time.perf_counter()
-        index, finish_reason, usage = 0, "", None
-        # A client that cancels cancels this coroutine; leaving the aclosing block then aborts the upstream.
-        async with contextlib.aclosing(self._generate(request, context)) as chunks:
-            async for chunk in chunks:
-                if chunk.text:
-                    metadata = pb.TokenMetadata(latency_ms=_ms_since(received))
-                    if chunk.logprob is not None:
-                        metadata.log_probability = chunk.logprob
-                    yield pb.TokenResponse(token=chunk.text, index=index, metadata=metadata)
-                    index += 1
-                finish_reason = chunk.finish_reason or finish_reason
-                usage = chunk.usage or usage
-        yield pb.TokenResponse(index=index, is_finished=True, finish_reason=finish_reason, usage=_usage(usage),
-                               metadata=pb.TokenMetadata(latency_ms=_ms_since(received)))
+        # grpc.aio needs the behaviour itself to be an async generator; closing it closes the generation
+        async with contextlib.aclosing(self.predictor.stream(request, context)) as responses:
+            async for response in responses:
+                yield response
 
     # ------------------------------------------------------------------ StreamInput
 
@@ -316,9 +227,9 @@ class TokenAuth(grpc.aio.ServerInterceptor):
 class GrpcServer:
     """Started and stopped with the aiohttp app (``setup_grpc``); ``port`` is the bound port once started."""
 
-    def __init__(self, settings: Settings, analyzers: Analyzers) -> None:
+    def __init__(self, settings: Settings, engines: Engines, chat: ChatService) -> None:
         self.settings = settings
-        self.service = InferenceService(settings, analyzers)
+        self.service = InferenceService(settings, engines, chat)
         self.port = 0
         self._server: grpc.aio.Server | None = None
 
@@ -356,11 +267,12 @@ class GrpcServer:
 GRPC_SERVER = web.AppKey("grpc_server", GrpcServer)
 
 
-def setup_grpc(app: web.Application, settings: Settings, analyzers: Analyzers) -> None:
-    """Serve gRPC beside HTTP when ``grpc.enabled``: started on the app's startup, stopped on its shutdown."""
+def setup_grpc(app: web.Application, settings: Settings, engines: Engines) -> None:
+    """Serve gRPC beside HTTP when ``grpc.enabled``: started on the app's startup, stopped on its shutdown. Needs
+    the app's chat service (``server.openai_api.setup_openai_api``)."""
     if not settings.grpc.enabled:
         return
-    server = GrpcServer(settings, analyzers)
+    server = GrpcServer(settings, engines, app[CHAT_SERVICE])
     app[GRPC_SERVER] = server
 
     async def start(app: web.Application) -> None:

@@ -1,0 +1,93 @@
+"""Probes for orchestrators, answered without a token: ``/livez`` (the process serves HTTP; says nothing else)
+and ``/readyz`` (the configured models are loaded and start-up is over: 200, else 503). With the token,
+``/readyz`` also says which model is in which state; without it, only the verdict. ``/healthz`` (version,
+session and source counts) stays behind the token."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import Literal
+
+from aiohttp import web
+from pydantic import BaseModel, Field
+
+from server.audio_api import AUDIO
+from server.auth import presented_token
+from server.openai_api import CHAT_API
+from server.state import SESSIONS, SETTINGS
+
+
+@dataclass
+class StartUp:
+    done: bool = False
+
+
+STARTUP = web.AppKey("probes_startup", StartUp)
+ModelState = Literal["loaded", "on_first_use", "off"]
+
+
+class Liveness(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "starting"]
+    models: dict[str, ModelState] | None = Field(
+        None, description="Only with the token: detector, voice, chat, transcription, speech.")
+
+
+def model_states(app: web.Application) -> dict[str, ModelState]:
+    """Which configured model is loaded: loaded at start-up (detector, voice loop; chat with api.preload), loaded
+    on first use (the rest, until a request loads it), or off."""
+    settings, analyzers = app[SETTINGS], app[SESSIONS].analyzers
+    chat = app.get(CHAT_API)
+    audio = app.get(AUDIO)
+
+    def lazy(enabled: bool, loaded: bool) -> ModelState:
+        return "off" if not enabled else "loaded" if loaded else "on_first_use"
+
+    return {
+        "detector": "loaded" if analyzers.video is not None else "off",
+        "voice": "loaded" if analyzers.audio is not None else "off",
+        "chat": lazy(settings.api.chat, chat is not None and chat.pipeline_if_loaded is not None),
+        "transcription": lazy(settings.transcription.enabled, audio is not None and audio.engine.loaded),
+        "speech": lazy(settings.speech.enabled, audio is not None and audio.speech_loaded),
+    }
+
+
+def is_ready(app: web.Application, states: dict[str, ModelState]) -> bool:
+    """Start-up is over (models built, gRPC listening, jobs resumed) and what must be preloaded is."""
+    preload_missing = app[SETTINGS].api.preload and states["chat"] == "on_first_use"
+    startup = app.get(STARTUP)
+    return startup is not None and startup.done and not preload_missing
+
+
+def _has_token(request: web.Request) -> bool:
+    token = request.app[SETTINGS].auth.token
+    given = presented_token(request)
+    if token is None:
+        return True  # an open server shows everything anyway
+    return given is not None and hmac.compare_digest(given.encode(), token.get_secret_value().encode())
+
+
+async def livez(request: web.Request) -> web.Response:
+    return web.json_response(text=Liveness().model_dump_json())
+
+
+async def readyz(request: web.Request) -> web.Response:
+    states = model_states(request.app)
+    ready = is_ready(request.app, states)
+    body = Readiness(status="ready" if ready else "starting", models=states if _has_token(request) else None)
+    return web.json_response(text=body.model_dump_json(exclude_none=True), status=200 if ready else 503)
+
+
+def setup_probes(app: web.Application) -> None:
+    """Call last in the app's set-up: readiness begins when every earlier start-up step has run."""
+
+    startup = app[STARTUP] = StartUp()
+
+    async def started(app: web.Application) -> None:
+        startup.done = True
+
+    app.on_startup.append(started)

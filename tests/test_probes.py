@@ -1,0 +1,60 @@
+"""Probes: /livez and /readyz answer an orchestrator without the token and reveal nothing without it; /readyz
+tells starting from ready and, with the token, which model is in which state."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+
+from server.app import create_app
+from server.config import load_settings
+from server.openai_api import CHAT_API
+from server.probes import readyz
+from tests.support.scripted_llm import ScriptedLlmForTest
+
+
+async def _get(url: str, token: str | None = None) -> tuple[int, dict]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with aiohttp.ClientSession() as http, http.get(url, headers=headers) as response:
+        return response.status, await response.json()
+
+
+async def test_probes_need_no_token_and_reveal_nothing_without_it(vigil):
+    server = await vigil(auth={"token": "s3cret"})
+    assert await _get(server.url + "/livez") == (200, {"status": "ok"})
+    assert await _get(server.url + "/readyz") == (200, {"status": "ready"})
+    assert await _get(server.url + "/readyz", token="wrong") == (200, {"status": "ready"})
+    status, detailed = await _get(server.url + "/readyz", token="s3cret")
+    assert status == 200 and detailed["models"] == {
+        "detector": "off", "voice": "off", "chat": "on_first_use", "transcription": "on_first_use",
+        "speech": "on_first_use"}
+    status, _ = await _get(server.url + "/healthz")
+    assert status == 401  # the detailed health stays behind the token
+
+    model = server.settings.models.llm.model
+    server.app[CHAT_API].use_llm_for_test(ScriptedLlmForTest(["Hello."], name=model))
+    async with aiohttp.ClientSession() as http, http.post(
+        server.url + "/v1/chat/completions", headers={"Authorization": "Bearer s3cret"},
+        json={"model": model, "messages": [{"role": "user", "content": "Hi"}]},
+    ) as response:
+        assert response.status == 200
+    _, detailed = await _get(server.url + "/readyz", token="s3cret")
+    assert detailed["models"]["chat"] == "loaded"
+
+
+async def test_readyz_is_503_until_start_up_is_over(clip_dir):
+    settings = load_settings(None, {"models": {"detector": {"backend": "none"}}, "voice": {"enabled": False},
+                                    "grpc": {"enabled": False}, "sources": {"media_root": str(clip_dir)}})
+    app = create_app(settings)
+    response = await readyz(make_mocked_request("GET", "/readyz", app=app))
+    assert response.status == 503 and json.loads(response.text)["status"] == "starting"
+    runner = web.AppRunner(app)
+    await runner.setup()  # runs the app's start-up
+    try:
+        response = await readyz(make_mocked_request("GET", "/readyz", app=app))
+        assert response.status == 200
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,81 @@
+"""The package import graph: imports point one way (server -> pipelines -> models) and no module imports itself
+back through others, counting imports deferred into functions too (a deferred import hides a cycle, it does not
+remove it)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LAYERS = ("models", "pipelines", "server")  # lowest first: each may import only those before it (and itself)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for layer in LAYERS for p in (REPO / layer).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join([*package.split(".")[:len(package.split(".")) - node.level + 1], base]).strip(".")
+                targets.add(base)
+                targets.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import module`
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def _layer(module: str) -> int:
+    return LAYERS.index(module.split(".")[0])
+
+
+def test_imports_point_one_way():
+    upward = sorted(f"{source} -> {target}" for source, targets in import_graph().items() for target in targets
+                    if _layer(target) > _layer(source))
+    assert not upward, "imports against server -> pipelines -> models:\n" + "\n".join(upward)
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target):], target]
+            if target not in state and (cycle := visit(target)) is not None:
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)) is not None:
+            return cycle
+    return None
+
+
+def test_the_package_graph_has_no_cycles():
+    # A module's edge to its own package's __init__ (``from server import __version__``) is not followed: the
+    # package runs first anyway, and an __init__ that re-exports its submodules is no cycle of concern.
+    graph = {source: {t for t in targets if not source.startswith(t + ".")}
+             for source, targets in import_graph().items()}
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
