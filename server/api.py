@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from aiohttp import WSMsgType, web
@@ -19,6 +18,7 @@ from server import __version__
 from server.errors import read_json_body
 from server.openapi import build_openapi
 from server.probes import Liveness, Readiness, livez, readyz
+from server.routes import Route
 from server.sessions import OfferRejected, SessionRegistry, serialize
 from server.sources import (
     MediaPathError,
@@ -281,20 +281,6 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 # ---------------------------------------------------------------- the route table
-
-
-@dataclass(frozen=True)
-class Route:
-    method: str
-    path: str
-    handler: Any
-    summary: str
-    body: type[BaseModel] | None = None
-    response: type[BaseModel] | None = None
-    status: int = 200
-    errors: tuple[int, ...] = ()
-    content_type: str = "application/json"
-    form_fields: tuple[str, ...] = ()  # a multipart/form-data body (no pydantic model): its field names
 
 
 ROUTES: tuple[Route, ...] = (

@@ -140,7 +140,7 @@ async def delete_event(request: web.Request) -> web.Response:
 
 
 def event_routes() -> tuple[Any, ...]:
-    from server.api import Route
+    from server.routes import Route
 
     one = "/api/events/{event_id}"
     return (

@@ -365,7 +365,7 @@ async def chat_documents(index: MemoryIndex, settings: Settings, raw: dict[str, 
 
 
 def memory_routes() -> tuple[Any, ...]:
-    from server.api import Route
+    from server.routes import Route
 
     errors = (400, 401, 413, 503)
     return (

@@ -13,7 +13,7 @@ from server.errors import ErrorBody, OpenAiErrorBody, is_openai_path
 
 
 def build_openapi(routes: Iterable[Any]) -> dict[str, Any]:
-    """The document for ``routes`` (``server.api.Route``s): errors in Vigil's shape, or OpenAI's under /v1/."""
+    """The document for ``routes`` (``server.routes.Route``s): errors in Vigil's shape, or OpenAI's under /v1/."""
     routes = list(routes)
     models: set[type[BaseModel]] = {ErrorBody, OpenAiErrorBody}
     for route in routes:

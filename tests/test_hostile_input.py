@@ -16,8 +16,9 @@ from server.client import VigilClient
 # Each of these once ended the session (an exception escaped the data-channel callback) or the subscriber.
 DEEP_ARRAY = "[" * 2000 + "]" * 2000
 HOSTILE_MESSAGES: list[tuple[str, str]] = [
-    ('{"v":1,"type":"ping","id":"\\ud800"}', "pong"),  # a lone surrogate: the pong could not be serialised
-    ('{"v":1,"type":"ping","id":"\\udfff\\ud800x"}', "pong"),
+    # A lone surrogate: once the pong could not be serialised; now the parser refuses it (not Unicode text)
+    ('{"v":1,"type":"ping","id":"\\ud800"}', "error"),
+    ('{"v":1,"type":"ping","id":"\\udfff\\ud800x"}', "error"),
     ('{"v":1,"type":"\\ud800"}', "error"),  # ... nor the error that names it as `ref`
     (DEEP_ARRAY, "error"),  # RecursionError in json.loads
     ('{"v":1,"type":"config","video":' + "[" * 900 + "]" * 900 + "}", "error"),  # ... in validation
