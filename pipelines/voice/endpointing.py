@@ -1,4 +1,8 @@
-"""Turn detection from per-frame VAD probabilities: start after enough speech, end after enough silence."""
+"""Turn detection from per-frame VAD probabilities: start after enough speech, end after enough silence.
+
+The silence that ends a turn on its own is ``end_silence_ms`` (with semantic turn detection, the cap for a turn
+the model called unfinished); the voice loop may end a turn sooner with :meth:`Endpointer.end_now`.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ class TurnEnded:
     audio: np.ndarray  # float32 16 kHz, pre-roll included
     truncated: bool  # cut at the maximum turn length
     speech_frames: int  # speech frames the turn held
+    silence_ms: float  # trailing silence heard before the turn ended (end of speech = now - silence_ms)
 
 
 class Endpointer:
@@ -41,6 +46,11 @@ class Endpointer:
     @property
     def speech_run_ms(self) -> float:
         return self.speech_run * FRAME_MS
+
+    @property
+    def silence_ms(self) -> float:
+        """Silence since the last speech frame of the turn (0 outside a turn)."""
+        return self._silence * FRAME_MS if self.in_turn else 0.0
 
     def turn_audio(self) -> np.ndarray:
         return np.concatenate(self._frames) if self._frames else np.zeros(0, np.float32)
@@ -71,10 +81,15 @@ class Endpointer:
             return self._end(truncated=True)
         return None
 
+    def end_now(self) -> TurnEnded:
+        """End the turn in progress here (the turn model found it complete)."""
+        assert self.in_turn
+        return self._end(truncated=False)
+
     def _end(self, truncated: bool) -> TurnEnded:
         audio = self.turn_audio()
-        if not truncated:  # drop the trailing silence that ended the turn
-            audio = audio[: max(0, audio.size - (self._silence - 3) * FRAME_SAMPLES)]
-        speech_frames = self.speech_frames
+        if not truncated:  # drop the trailing silence that ended the turn (keep ~100 ms of it)
+            audio = audio[: max(0, audio.size - max(0, self._silence - 3) * FRAME_SAMPLES)]
+        speech_frames, silence_ms = self.speech_frames, self._silence * FRAME_MS
         self.in_turn, self._frames, self._silence, self.speech_run = False, [], 0, 0
-        return TurnEnded(audio, truncated, speech_frames)
+        return TurnEnded(audio, truncated, speech_frames, 0.0 if truncated else silence_ms)
