@@ -33,7 +33,7 @@ from models.vad import SileroVadModel, VadStream
 from pipelines import telemetry
 from pipelines.protocol import Event, Metrics, Reply, Transcript, TurnMetrics
 from pipelines.voice.audio import InputResampler, ReplyAudioTrack, resample_pcm, trim_silence
-from pipelines.voice.endpointing import FRAME_SAMPLES, Endpointer, TurnEnded, TurnStarted
+from pipelines.voice.endpointing import FRAME_SAMPLES, MAX_PAUSE_MS, Endpointer, TurnEnded, TurnStarted
 
 if TYPE_CHECKING:
     from models.stt import WhisperStt
@@ -129,8 +129,14 @@ class _Speculation:
     turn: _Turn
     text: str
     started: float
-    task: asyncio.Task[None]
+    in_pause: bool = False  # started while the user was quiet (else on a stable partial, while speaking)
+    task: asyncio.Task[None] | None = None
     confirmed: asyncio.Event = field(default_factory=asyncio.Event)
+    audio_held: asyncio.Event = field(default_factory=asyncio.Event)  # its first audio is ready, unheard
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,8 +210,10 @@ class VoiceLoop:
             await self._on_vad_frame(chunk, float(probability))
 
     async def close(self) -> None:
+        if self._speculation is not None:
+            self._speculation.cancel()
         for task in [self._reply_task, self._partial_task, self._turn_check, self._early.task if self._early else None,
-                     self._speculation.task if self._speculation else None, *self._finishing]:
+                     *self._finishing]:
             if task is not None:
                 task.cancel()
         self.output_track.stop()
@@ -213,12 +221,7 @@ class VoiceLoop:
     async def say_text(self, text: str) -> None:
         """A typed user turn (gRPC Converse): no VAD or STT, otherwise answered like a spoken turn. It interrupts
         a reply still playing, as speaking over it would."""
-        if self._reply_active():
-            await self._barge_in()
-            for _ in range(50):  # until the cut turn is reported (the track's next frame), so it keeps its metrics
-                if self._barge_in_at is None:
-                    break
-                await asyncio.sleep(0.02)
+        await self._interrupt_reply()
         self._cancel_speculation()
         self._turn_count += 1
         turn = _Turn(self._turn_count, end_of_speech=time.perf_counter())
@@ -252,9 +255,10 @@ class VoiceLoop:
             await self._end_turn(event, "max_turn" if event.truncated else
                                  "silence_cap" if self._smart_turn else "silence")
         elif self._turn is not None:
-            if self._endpointer.last_frame_speech and not self._was_speech and self._speculation is not None \
-                    and self._speculation.turn is self._turn and not self._speculation.confirmed.is_set():
-                self._cancel_speculation()  # the user went on: the held reply is discarded unheard
+            speculation = self._speculation
+            if self._endpointer.last_frame_speech and not self._was_speech and speculation is not None \
+                    and speculation.in_pause and speculation.turn is self._turn:
+                self._cancel_speculation()  # the user went on after a pause: the held reply is discarded unheard
             if self.config.prefill and self._was_speech and not self._endpointer.last_frame_speech:
                 self._decode_early(self._turn)
             elif self._endpointer.last_frame_speech or self._early is None:
@@ -359,6 +363,13 @@ class VoiceLoop:
             self._cancel_speculation(turn)
             self._report(turn)
             return
+        if self._turn_count > turn.number and self._turn is None:
+            # The user spoke a whole further turn while this one was transcribed: that one gets the answer.
+            self._cancel_speculation(turn)
+            self._report(turn)
+            return
+        if self._replying is not None and self._replying is not turn:
+            await self._interrupt_reply()  # an earlier reply still playing gives way, as barge-in would
         speculation = self._speculation if self._speculation is not None and self._speculation.turn is turn else None
         if speculation is not None:
             self._speculation = None
@@ -371,7 +382,7 @@ class VoiceLoop:
             telemetry.VOICE_PREFILL.labels(outcome="reused").inc()
         else:
             if speculation is not None:
-                speculation.task.cancel()
+                speculation.cancel()
                 turn.metrics["prefill"] = "restarted"
                 turn.metrics["speculation"] = "discarded"
                 telemetry.VOICE_PREFILL.labels(outcome="restarted").inc()
@@ -386,7 +397,8 @@ class VoiceLoop:
         if self._early is not None:
             self._early.task.cancel()
         speech_frames = self._endpointer.speech_frames
-        task = asyncio.create_task(self._transcribe(self._endpointer.turn_audio()), name="voice:early-decode")
+        audio = self._endpointer.turn_audio(MAX_PAUSE_MS)
+        task = asyncio.create_task(self._transcribe(audio), name="voice:early-decode")
         self._early = _Decode(speech_frames, task)
 
         def speculate(done: asyncio.Task[str]) -> None:
@@ -397,7 +409,7 @@ class VoiceLoop:
                 text = done.result().strip()
                 if text:
                     self._show_partial(turn, text)
-                    self._speculate(turn, text)
+                    self._speculate(turn, text, in_pause=True)
 
         task.add_done_callback(speculate)
 
@@ -414,7 +426,7 @@ class VoiceLoop:
         self._last_partial_at = now
         assert self._turn is not None
         self._partial_task = asyncio.create_task(
-            self._partial(self._turn, self._endpointer.turn_audio(), self._endpointer.speech_frames))
+            self._partial(self._turn, self._endpointer.turn_audio(MAX_PAUSE_MS), self._endpointer.speech_frames))
 
     async def _partial(self, turn: _Turn, audio: np.ndarray, speech_frames: int) -> None:
         try:
@@ -433,18 +445,18 @@ class VoiceLoop:
             if (time.perf_counter() - self._stable_since) * 1000.0 >= self.config.prefill_stable_ms:
                 self._speculate(turn, agreed)
 
-    def _speculate(self, turn: _Turn, text: str) -> None:
+    def _speculate(self, turn: _Turn, text: str, in_pause: bool = False) -> None:
         self._cancel_speculation()
-        confirmed = asyncio.Event()
-        task = asyncio.create_task(self._reply(turn, text, confirmed), name="voice:speculation")
-        self._speculation = _Speculation(turn, text, time.perf_counter(), task, confirmed)
+        speculation = _Speculation(turn, text, time.perf_counter(), in_pause)
+        speculation.task = asyncio.create_task(self._reply(turn, text, speculation), name="voice:speculation")
+        self._speculation = speculation
 
     def _cancel_speculation(self, turn: _Turn | None = None) -> None:
         """Discard the held speculative reply (of ``turn`` only, when given); it was never heard."""
         speculation = self._speculation
         if speculation is None or (turn is not None and speculation.turn is not turn):
             return
-        speculation.task.cancel()
+        speculation.cancel()
         self._speculation = None
         if not speculation.confirmed.is_set():
             speculation.turn.metrics["speculation"] = "discarded"
@@ -468,9 +480,10 @@ class VoiceLoop:
             del messages[1:3]
         return LlmRequest(messages, max_tokens=self.config.max_reply_tokens, temperature=self.config.temperature)
 
-    async def _reply(self, turn: _Turn, text: str, confirmed: asyncio.Event | None) -> None:
+    async def _reply(self, turn: _Turn, text: str, speculation: _Speculation | None) -> None:
         """Stream the reply: text deltas out as they come, speech chunk by chunk (the first clause, then whole
-        sentences). A speculative reply (``confirmed`` given) holds its deltas and first audio until confirmed."""
+        sentences). A speculative reply holds its deltas and first audio until its turn confirms it."""
+        confirmed = speculation.confirmed if speculation is not None else None
         request = await self._request(text)
         if confirmed is None:
             self.last_request = request
@@ -485,8 +498,9 @@ class VoiceLoop:
             held.clear()
 
         async def hold_until_confirmed() -> None:
-            if confirmed is not None and not confirmed.is_set():
-                await confirmed.wait()
+            if speculation is not None and not speculation.confirmed.is_set():
+                speculation.audio_held.set()
+                await speculation.confirmed.wait()
                 self.last_request = request
             release_deltas()
 
@@ -574,12 +588,24 @@ class VoiceLoop:
             turn.metrics["audio_send_ms"] = round((when - turn.audio_queued) * 1000.0, 1)
         telemetry.VOICE_STAGE_MS.labels(stage="voice_to_voice").observe(turn.metrics["voice_to_voice_ms"])
 
+    async def _interrupt_reply(self) -> None:
+        """Cut the reply being generated or played (a barge-in) and wait until it is reported (the track's next
+        frame), so that it keeps its metrics and the next reply starts clean."""
+        if not self._reply_active():
+            return
+        await self._barge_in()
+        for _ in range(50):
+            if self._barge_in_at is None:
+                break
+            await asyncio.sleep(0.02)
+
     async def _barge_in(self) -> None:
         turn = self._replying
         self._barge_in_at = time.perf_counter()
-        for task in (self._reply_task, self._speculation.task if self._speculation else None):
-            if task is not None:
-                task.cancel()
+        if self._reply_task is not None:
+            self._reply_task.cancel()
+        if self._speculation is not None:
+            self._speculation.cancel()
         self._speculation = None
         dropped = self.output_track.flush()
         if turn is not None:
