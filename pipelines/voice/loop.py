@@ -66,6 +66,7 @@ class VoiceLoopConfig:
     memory_tokens: int = 1024
     temperature: float = 0.0
     silent_track_s: float = 10.0
+    reply_burst_ms: float = 80.0
 
 
 @dataclass
@@ -155,7 +156,7 @@ class VoiceLoop:
         self.engine = engine
         self.config = config
         self.name = engine.names
-        self.output_track = ReplyAudioTrack()
+        self.output_track = ReplyAudioTrack(burst_ms=config.reply_burst_ms)
         self.output_track.on_first_audio = self._first_audio_sent
         self.output_track.on_silence_after_flush = self._reply_audio_stopped
         self.output_track.on_drained = self._reply_audio_drained

@@ -46,6 +46,10 @@ class VoiceSettings(Section):
     memory_tokens: int = Field(1024, ge=64, description="Prompt budget: older exchanges are dropped beyond it.")
     temperature: float = Field(0.0, ge=0, le=2)
     silent_track_s: float = Field(10.0, gt=0, description="Digital silence this long is reported (audio_silent).")
+    reply_burst_ms: float = Field(
+        80, ge=0, le=500, description="The first reply audio after silence is sent this much ahead of real time "
+        "(back to back), so that a receiver's jitter buffer plays it sooner; given back in the next silence."
+    )
 
     @model_validator(mode="after")
     def _cap_after_check(self) -> VoiceSettings:
