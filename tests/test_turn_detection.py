@@ -17,6 +17,7 @@ import pytest
 
 from models.packaged import package_dir
 from models.turn import SmartTurnV3
+from pipelines.voice.audio import ReplyAudioTrack, trim_silence
 from tests.support.audio import silence, speech, speech_split
 from tests.test_voice_loop import VOICE, VoiceCall, _session_loop, _words
 
@@ -155,3 +156,41 @@ async def test_speculative_reply_plays_when_the_turn_is_confirmed(vigil):
         assert turn["reply"].strip()
         assert metrics["speculation"] == "played" and metrics["prefill"] == "reused", metrics
         assert metrics["final_decode"] == "early", metrics  # no second decode of the same speech
+
+
+async def _speech_frames_within(track: ReplyAudioTrack, frames: int) -> float:
+    """Seconds from enqueueing speech on an idle track until ``frames`` of it have been taken."""
+    for _ in range(3):  # idle: silence in real time
+        await track.recv()
+    started = time.perf_counter()
+    track.enqueue(speech("Hello there, how are you today?"), turn=1)
+    for _ in range(frames):
+        await track.recv()
+    return time.perf_counter() - started
+
+
+async def test_reply_track_sends_the_first_speech_at_once_then_gives_the_lead_back():
+    """aiortc's receiver holds 4 packets before playing: the first speech after silence goes out back to back
+    (here 200 ms of it, 10 frames), so it is played sooner; paced in real time otherwise (burst 0)."""
+    burst, paced = ReplyAudioTrack(burst_ms=200), ReplyAudioTrack(burst_ms=0)
+    try:
+        assert await _speech_frames_within(paced, 10) >= 0.18  # real time: 10 frames take 200 ms
+        assert await _speech_frames_within(burst, 10) < 0.15
+        burst.flush()
+        for _ in range(60):  # silence: frames slower until the lead is given back
+            await burst.recv()
+        assert burst._lead == 0.0
+    finally:
+        burst.stop()
+        paced.stop()
+
+
+def test_trim_silence_cuts_the_lead_and_shortens_the_tail():
+    rate = 22050
+    pcm = np.concatenate([np.zeros(rate // 10, np.int16), np.full(rate // 2, 3000, np.int16),
+                          np.zeros(rate // 4, np.int16)])
+    trimmed = trim_silence(pcm, rate, lead=True, keep_tail_ms=100)
+    onset = rate // 10 - rate // 200
+    assert trimmed.size == rate // 2 + rate // 200 + rate // 10
+    assert np.array_equal(trimmed, pcm[onset:onset + trimmed.size])
+    assert np.array_equal(trim_silence(pcm, rate, lead=False, keep_tail_ms=None), pcm)
