@@ -176,8 +176,10 @@ class TurnMetrics(BaseModel):
     )
     speculation: Literal["none", "played", "discarded"] = Field(
         "none", description="Speculative reply: none started, played (its held reply was confirmed by the final "
-        "transcript), or discarded unheard (the user went on, or the final transcript differed)."
+        "transcript), or discarded unheard (the user went on, or the final transcript differed); played wins when a "
+        "later speculation of the same turn played."
     )
+    speculations_discarded: int = Field(0, description="Speculative replies of this turn discarded unheard.")
     audio_send_ms: float | None = Field(
         None, description="First reply audio queued (first_audio_ms) -> its first frame sent (voice_to_voice_ms)."
     )

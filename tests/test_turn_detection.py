@@ -97,9 +97,9 @@ async def test_question_with_a_pause_in_the_middle_is_one_turn(vigil, detection:
             assert "tomorrow" not in _words(finals[0]["text"]), finals  # the first half alone: cut in two
             assert messages[-1]["turn"]["end_of_turn"] == "silence"
             return
-        assert len(finals) == 1, finals
-        assert {"tell", "weather", "tomorrow"} <= _words(finals[0]["text"]), finals
         metrics = messages[-1]["turn"]
+        assert len(finals) == 1, (finals, metrics)
+        assert {"tell", "weather", "tomorrow"} <= _words(finals[0]["text"]), (finals, metrics)
         assert metrics["end_of_turn"] in ("model", "silence_cap"), metrics
         assert metrics["speech_ms"] > 2500, metrics  # both halves
         first_loud = call.recorder.first_loud()
@@ -136,7 +136,9 @@ async def test_speculative_reply_to_a_turn_that_goes_on_is_never_heard(vigil):
         final_at = messages.index(finals[0])
         assert not [m for m in messages[:final_at] if m["type"] == "reply"], "reply text before the final transcript"
         assert any(m["type"] == "reply" and m.get("delta") for m in messages[final_at:])
-        assert messages[-1]["turn"]["speculation"] == "discarded", messages[-1]
+        # The held reply was discarded; one prepared after the second half may have played (it answers it all).
+        metrics = messages[-1]["turn"]
+        assert metrics["speculations_discarded"] >= 1 and metrics["speculation"] in ("discarded", "played"), metrics
         first_loud = call.recorder.first_loud()
         assert first_loud is not None and first_loud > question_done
         assert "tomorrow" in loop.last_request.messages[-1].content.lower()

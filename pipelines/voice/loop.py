@@ -385,7 +385,7 @@ class VoiceLoop:
             if speculation is not None:
                 speculation.cancel()
                 turn.metrics["prefill"] = "restarted"
-                turn.metrics["speculation"] = "discarded"
+                self._discarded(turn)
                 telemetry.VOICE_PREFILL.labels(outcome="restarted").inc()
             self._replying = turn
             self._reply_task = asyncio.create_task(self._reply(turn, text, None), name="voice:reply")
@@ -460,7 +460,13 @@ class VoiceLoop:
         speculation.cancel()
         self._speculation = None
         if not speculation.confirmed.is_set():
-            speculation.turn.metrics["speculation"] = "discarded"
+            self._discarded(speculation.turn)
+
+    @staticmethod
+    def _discarded(turn: _Turn) -> None:
+        turn.metrics["speculations_discarded"] = turn.metrics.get("speculations_discarded", 0) + 1
+        if turn.metrics.get("speculation") != "played":
+            turn.metrics["speculation"] = "discarded"
 
     async def _transcribe(self, audio: np.ndarray) -> str:
         loop = asyncio.get_running_loop()
