@@ -228,7 +228,7 @@ def _is_abbreviation(before_period: str) -> bool:
 # A clause ends at a comma, semicolon, colon or dash followed by whitespace.
 _CLAUSE = re.compile(r"(?:[,;:]|\s[-–—]|[–—])[\"'”’)\]]*(?=\s)")
 FIRST_CLAUSE_MIN_WORDS = 3  # shorter first chunks leave a gap while the next one is synthesised
-FIRST_CHUNK_MAX_WORDS = 8  # with no punctuation by then, cut at a word boundary
+FIRST_CHUNK_MAX_WORDS = 10  # with no punctuation by then, cut at a word boundary
 
 
 def split_first_clause(buffer: str, final: bool = False) -> tuple[list[str], str]:

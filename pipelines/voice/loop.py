@@ -264,7 +264,7 @@ class VoiceLoop:
                 self._decode_early(self._turn)
             elif self._endpointer.last_frame_speech or self._early is None:
                 self._maybe_partial()  # in a pause after an early decode, nothing new to decode
-            self._maybe_check_turn(self._turn)
+            await self._maybe_check_turn(self._turn)
         self._was_speech = self._endpointer.last_frame_speech
 
     def _watch_for_silence(self, samples: np.ndarray) -> None:
@@ -286,7 +286,7 @@ class VoiceLoop:
         self._early, self._last_partial, self._checked_frames = None, None, -1
         self._last_partial_at = time.perf_counter()
 
-    def _maybe_check_turn(self, turn: _Turn) -> None:
+    async def _maybe_check_turn(self, turn: _Turn) -> None:
         """Semantic end of turn: after a short silence, ask the turn model (on its own thread) whether the turn is
         complete; if it is and the user is still quiet, the turn ends now instead of at the silence cap."""
         endpointer = self._endpointer
@@ -295,6 +295,9 @@ class VoiceLoop:
             return
         self._checked_frames = speech_frames = endpointer.speech_frames
         audio = endpointer.turn_audio()
+        if self._pipeline is not None and self._pipeline.clock.virtual:
+            await self._check_turn(turn, speech_frames, audio)  # replay stays deterministic
+            return
         self._turn_check = asyncio.create_task(self._check_turn(turn, speech_frames, audio), name="voice:turn-check")
 
     async def _check_turn(self, turn: _Turn, speech_frames: int, audio: np.ndarray) -> None:
