@@ -2,7 +2,8 @@
 
 Engines are loaded once per process and shared; ``synthesize`` is BLOCKING (tens to hundreds of milliseconds
 per sentence) and thread-safe, so callers run it on worker threads. The voice loop feeds them one sentence at
-a time, cut from the streamed LLM reply by :func:`split_sentences`.
+a time, cut from the streamed LLM reply by :func:`split_sentences` (the first chunk by :func:`split_first_clause`,
+so that speaking starts after the first clause rather than the whole first sentence).
 """
 
 from __future__ import annotations
@@ -222,3 +223,28 @@ def _is_abbreviation(before_period: str) -> bool:
     if word.lower() in _ABBREVIATIONS or _ACRONYM.fullmatch(word):
         return True
     return len(word) == 1 and word.isupper()  # an initial: "J. Smith"
+
+
+# A clause ends at a comma, semicolon, colon or dash followed by whitespace.
+_CLAUSE = re.compile(r"(?:[,;:]|\s[-–—]|[–—])[\"'”’)\]]*(?=\s)")
+FIRST_CLAUSE_MIN_WORDS = 3  # shorter first chunks leave a gap while the next one is synthesised
+FIRST_CHUNK_MAX_WORDS = 10  # with no punctuation by then, cut at a word boundary
+
+
+def split_first_clause(buffer: str, final: bool = False) -> tuple[list[str], str]:
+    """The first chunk of a streamed reply to speak: a whole sentence if one ends first, else the first clause
+    (up to a comma, semicolon, colon or dash) of at least ``FIRST_CLAUSE_MIN_WORDS`` words, else the first
+    ``FIRST_CHUNK_MAX_WORDS`` words once a further word has begun. Returns (chunks, tail) like
+    :func:`split_sentences`; callers switch to :func:`split_sentences` once a chunk came out."""
+    sentences, tail = split_sentences(buffer, final)
+    if sentences or final:
+        return sentences, tail
+    for match in _CLAUSE.finditer(buffer):
+        clause = buffer[: match.end()].strip()
+        if len(clause.split()) >= FIRST_CLAUSE_MIN_WORDS and not _LIST_NUMBER.fullmatch(clause):
+            return [clause], buffer[match.end():].lstrip()
+    words = list(re.finditer(r"\S+", buffer))
+    if len(words) > FIRST_CHUNK_MAX_WORDS:  # the word after the cut has begun, so the cut word is whole
+        cut = words[FIRST_CHUNK_MAX_WORDS - 1].end()
+        return [buffer[:cut].strip()], buffer[cut:].lstrip()
+    return [], buffer

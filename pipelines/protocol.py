@@ -264,7 +264,7 @@ class TurnMetrics(_Outbound):
     speech_ms: float = Field(description="Length of the user's speech.")
     end_of_speech_to_final_ms: float | None = Field(None, description="End of speech -> final transcript.")
     llm_first_token_ms: float | None = Field(None, description="LLM request -> first token.")
-    first_audio_ms: float | None = Field(None, description="End of speech -> first synthesised reply audio.")
+    first_audio_ms: float | None = Field(None, description="End of speech -> first reply audio queued to play.")
     voice_to_voice_ms: float | None = Field(None, description="End of speech -> first reply audio frame sent.")
     barge_in_stop_ms: float | None = Field(None, description="Barge-in detected -> reply audio stopped.")
     prefill: Literal["none", "reused", "restarted"] = Field(
@@ -275,6 +275,27 @@ class TurnMetrics(_Outbound):
         None, description="A question about the past: time to rewrite it, search memory and fit the entries."
     )
     memory_entries: int | None = Field(None, description="Remembered entries put into the prompt.")
+    end_of_turn: Literal["model", "silence_cap", "silence", "max_turn"] | None = Field(
+        None, description="What ended the turn: the turn model found it complete (model), the silence cap after the "
+        "model called it unfinished (silence_cap), the fixed silence of turn_detection: silence (silence), or "
+        "voice.max_turn_s (max_turn)."
+    )
+    end_of_turn_ms: float | None = Field(None, description="Silence heard after the speech before the turn ended.")
+    turn_score: float | None = Field(None, description="The turn model's last completion probability (0..1).")
+    turn_model_ms: float | None = Field(None, description="Time the turn model's last answer took.")
+    final_decode: Literal["early", "partial", "new"] | None = Field(
+        None, description="Where the final transcript came from: the decode started when the user went quiet, the "
+        "last partial decode (no speech after either), or a new decode of the whole turn."
+    )
+    speculation: Literal["none", "played", "discarded"] = Field(
+        "none", description="Speculative reply: none started, played (its held reply was confirmed by the final "
+        "transcript), or discarded unheard (the user went on, or the final transcript differed); played wins when a "
+        "later speculation of the same turn played."
+    )
+    speculations_discarded: int = Field(0, description="Speculative replies of this turn discarded unheard.")
+    audio_send_ms: float | None = Field(
+        None, description="First reply audio queued (first_audio_ms) -> its first frame sent (voice_to_voice_ms)."
+    )
 
 
 class Metrics(ServerMessage):

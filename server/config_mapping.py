@@ -24,7 +24,11 @@ def voice_loop_config(voice: VoiceSettings, origin: str) -> VoiceLoopConfig:
     return VoiceLoopConfig(
         vad_threshold=voice.vad_threshold,
         min_speech_ms=voice.min_speech_ms,
+        turn_detection=voice.turn_detection,
         end_of_turn_silence_ms=voice.end_of_turn_silence_ms,
+        turn_check_silence_ms=voice.turn_check_silence_ms,
+        turn_max_silence_ms=voice.turn_max_silence_ms,
+        turn_threshold=voice.turn_threshold,
         max_turn_s=voice.max_turn_s,
         partial_interval_ms=voice.partial_interval_ms,
         prefill=voice.prefill,
@@ -37,6 +41,7 @@ def voice_loop_config(voice: VoiceSettings, origin: str) -> VoiceLoopConfig:
         memory_tokens=voice.memory_tokens,
         temperature=voice.temperature,
         silent_track_s=voice.silent_track_s,
+        reply_burst_ms=voice.reply_burst_ms,
     )
 
 

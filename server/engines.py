@@ -21,6 +21,7 @@ from models.packaged import ModelNotAvailable
 from models.router import RoutedLlm
 from models.stt import WhisperStt
 from models.tts import EspeakTts, PiperTts, TextToSpeech
+from models.turn import SmartTurnV3
 from models.vad import SileroVadModel
 from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import InferenceBatcher
@@ -136,6 +137,7 @@ def build_voice_engine(settings: Settings) -> VoiceEngine:
         stt=build_stt(settings),
         llm=build_llm(settings),
         tts=build_tts(settings),
+        turn=_shared(("smart-turn",), SmartTurnV3) if settings.voice.turn_detection == "smart-turn" else None,
     )
     log.info("voice loop models: %s", engine.names)
     return engine

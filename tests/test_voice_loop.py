@@ -114,9 +114,11 @@ def _to_16k(pcm48: np.ndarray) -> np.ndarray:
 
 async def test_partial_transcripts_arrive_while_speaking(vigil):
     server = await vigil(voice={**VOICE, "partial_interval_ms": 250})
+    # Synthesised before the call: Piper on the client's event loop would hold back the microphone's frames,
+    # which then arrive in a burst, faster than anyone speaks (and too fast for partials).
+    long_question = speech("Please tell me what you can see on the camera right now and how many people are there.")
     async with VoiceCall(server.url) as call:
-        long_question = "Please tell me what you can see on the camera right now and how many people are there."
-        call.mic.say(speech(long_question))
+        call.mic.say(long_question)
         partial = await call.client.next_message("transcript", 30, where=lambda m: not m["final"])
         final = await call.client.next_message("transcript", 30, where=lambda m: m["final"])
         assert partial["turn"] == final["turn"] == 1

@@ -13,7 +13,7 @@ import pytest
 
 from models.packaged import ModelNotAvailable
 from models.stt import DeviceNotAvailable, WhisperStt
-from models.tts import EspeakTts, PiperTts, TextToSpeech, parse_streamed_wav, split_sentences
+from models.tts import EspeakTts, PiperTts, TextToSpeech, parse_streamed_wav, split_first_clause, split_sentences
 from models.vad import FRAME_SAMPLES, SileroVadModel, VadStream
 
 PROMPT = "How many people do you see?"
@@ -143,6 +143,36 @@ def test_split_sentences_streaming_matches_whole_text() -> None:
     spoken += split_sentences(tail, final=True)[0]
     assert spoken == split_sentences(text, final=True)[0]
     assert spoken == ["Two people are here.", "One is Mr. Lee, 1.8 m tall!", "The other sits;", "she reads.", "Done"]
+
+
+@pytest.mark.parametrize(
+    ("buffer", "chunks", "tail"),
+    [
+        ("Sure, I can", [], "Sure, I can"),  # a clause of one word is too short to speak alone
+        ("Sure, I can see, two", ["Sure, I can see,"], "two"),
+        ("I can see two people, both", ["I can see two people,"], "both"),
+        ("I see them - two of them and", ["I see them -"], "two of them and"),
+        ("Well - it is", [], "Well - it is"),
+        ("The sky is blue. It", ["The sky is blue."], "It"),  # a sentence that ends first is spoken whole
+        ("It costs 3,5 dollars and", [], "It costs 3,5 dollars and"),  # no space after the comma: not a clause
+        ("one two three four five six seven eight nine ten", [], "one two three four five six seven eight nine ten"),
+        ("one two three four five six seven eight nine ten eleven",
+         ["one two three four five six seven eight nine ten"], "eleven"),
+    ],
+)
+def test_split_first_clause(buffer: str, chunks: list[str], tail: str) -> None:
+    assert split_first_clause(buffer) == (chunks, tail)
+
+
+def test_first_clause_then_sentences_speak_the_whole_reply() -> None:
+    text = "I can see two people, one of them is waving. The other reads a book."
+    spoken: list[str] = []
+    tail = ""
+    for i in range(0, len(text), 4):
+        chunks, tail = (split_first_clause if not spoken else split_sentences)(tail + text[i : i + 4])
+        spoken += chunks
+    spoken += split_sentences(tail, final=True)[0]
+    assert spoken == ["I can see two people,", "one of them is waving.", "The other reads a book."]
 
 
 # --- STT -----------------------------------------------------------------------------------------------------

@@ -40,6 +40,18 @@ def resample_pcm(pcm: np.ndarray, rate: int, target: int = OUT_RATE) -> np.ndarr
     return np.concatenate(out) if out else np.zeros(0, np.int16)
 
 
+def trim_silence(pcm: np.ndarray, rate: int, *, lead: bool, keep_tail_ms: float | None,
+                 floor: int = 100) -> np.ndarray:
+    """int16 speech with its leading near-silence cut (``lead``) and its trailing silence shortened to
+    ``keep_tail_ms`` (None: kept whole). ``floor``: the level below which a sample counts as silence (-50 dBFS)."""
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > floor)
+    if loud.size == 0:
+        return pcm
+    start = max(0, int(loud[0]) - rate // 200) if lead else 0  # keep 5 ms before the onset
+    end = pcm.size if keep_tail_ms is None else min(pcm.size, int(loud[-1]) + 1 + int(rate * keep_tail_ms / 1000))
+    return pcm[start:end]
+
+
 class PacedAudioTrack(MediaStreamTrack):
     """20 ms frames of 48 kHz mono, released in real time (as a sound card would)."""
 
@@ -49,6 +61,8 @@ class PacedAudioTrack(MediaStreamTrack):
         super().__init__()
         self._start: float | None = None
         self._timestamp = 0
+        self._lead = 0.0  # seconds this track runs ahead of real time
+        self._wake = asyncio.Event()  # set when the lead grows: the frame waited for may be due now
 
     async def _next_frame_time(self) -> int:
         """Wait until the next frame is due; returns its timestamp (in samples)."""
@@ -56,11 +70,14 @@ class PacedAudioTrack(MediaStreamTrack):
             raise MediaStreamError
         if self._start is None:
             self._start = time.time()
-        else:
-            self._timestamp += OUT_FRAME
-            wait = self._start + self._timestamp / OUT_RATE - time.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            return self._timestamp
+        self._timestamp += OUT_FRAME
+        while (wait := self._start + self._timestamp / OUT_RATE - self._lead - time.time()) > 0:
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), wait)
+            except TimeoutError:
+                break
         return self._timestamp
 
     @staticmethod
@@ -76,10 +93,18 @@ class ReplyAudioTrack(PacedAudioTrack):
     """The session's outbound audio: reply speech when there is some, silence otherwise, paced in real time.
 
     ``flush()`` (barge-in) drops everything not yet sent; the next 20 ms frame is silence.
+
+    Speech after silence starts at once (not at the next 20 ms tick) and its first ``burst_ms`` go out back to
+    back: a receiver's jitter buffer that holds a few packets before playing (aiortc's holds 4, 80 ms) then plays
+    the first word that much sooner. The lead is given back during the following silence (frames 4 ms slower),
+    so the track never drifts ahead for good.
     """
 
-    def __init__(self) -> None:
+    LEAD_RETURN_S = 0.004  # per silent frame
+
+    def __init__(self, burst_ms: float = 80.0) -> None:
         super().__init__()
+        self.burst_s = burst_ms / 1000.0
         self._pending = np.zeros(0, np.int16)
         self._turn_of_audio: list[tuple[int, int]] = []  # (sample index where a turn's audio starts, turn)
         self._queued_total = 0
@@ -98,6 +123,9 @@ class ReplyAudioTrack(PacedAudioTrack):
         """Append 48 kHz int16 mono speech for ``turn``."""
         if turn not in self._announced:
             self._turn_of_audio.append((self._queued_total, turn))
+        if not self._pending.size and pcm.size:  # speech after silence: send it now, its first frames at once
+            self._lead = max(self._lead, self.burst_s + OUT_FRAME / OUT_RATE)
+            self._wake.set()
         self._queued_total += pcm.size
         self._pending = np.concatenate([self._pending, pcm.astype(np.int16)])
 
@@ -119,9 +147,11 @@ class ReplyAudioTrack(PacedAudioTrack):
             self._announce(chunk.size)
             if not self._pending.size and self.on_drained is not None:
                 self.on_drained()
-        elif self._flushed_at is not None and self.on_silence_after_flush is not None:
-            self.on_silence_after_flush((time.perf_counter() - self._flushed_at) * 1000.0)
-            self._flushed_at = None
+        else:
+            self._lead = max(0.0, self._lead - self.LEAD_RETURN_S)
+            if self._flushed_at is not None and self.on_silence_after_flush is not None:
+                self.on_silence_after_flush((time.perf_counter() - self._flushed_at) * 1000.0)
+                self._flushed_at = None
         return self._frame(samples, timestamp)
 
     def _announce(self, sent: int) -> None:

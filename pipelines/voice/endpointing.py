@@ -1,4 +1,8 @@
-"""Turn detection from per-frame VAD probabilities: start after enough speech, end after enough silence."""
+"""Turn detection from per-frame VAD probabilities: start after enough speech, end after enough silence.
+
+The silence that ends a turn on its own is ``end_silence_ms`` (with semantic turn detection, the cap for a turn
+the model called unfinished); the voice loop may end a turn sooner with :meth:`Endpointer.end_now`.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import numpy as np
 
 FRAME_SAMPLES = 512  # Silero's frame at 16 kHz: 32 ms
 FRAME_MS = FRAME_SAMPLES / 16.0
+MAX_PAUSE_MS = 500  # pauses inside a turn are shortened to this before decoding it
 
 
 @dataclass(slots=True)
@@ -20,6 +25,7 @@ class TurnEnded:
     audio: np.ndarray  # float32 16 kHz, pre-roll included
     truncated: bool  # cut at the maximum turn length
     speech_frames: int  # speech frames the turn held
+    silence_ms: float  # trailing silence heard before the turn ended (end of speech = now - silence_ms)
 
 
 class Endpointer:
@@ -35,6 +41,7 @@ class Endpointer:
         self._gap = 0
         self._silence = 0
         self._frames: list[np.ndarray] = []  # the turn so far (or the pre-roll while idle)
+        self._speech: list[bool] = []  # whether each of those frames was speech
         self.last_frame_speech = False
         self.speech_frames = 0  # speech frames in the current turn: tells whether speech followed a decode
 
@@ -42,8 +49,23 @@ class Endpointer:
     def speech_run_ms(self) -> float:
         return self.speech_run * FRAME_MS
 
-    def turn_audio(self) -> np.ndarray:
-        return np.concatenate(self._frames) if self._frames else np.zeros(0, np.float32)
+    @property
+    def silence_ms(self) -> float:
+        """Silence since the last speech frame of the turn (0 outside a turn)."""
+        return self._silence * FRAME_MS if self.in_turn else 0.0
+
+    def turn_audio(self, max_pause_ms: float | None = None) -> np.ndarray:
+        """The turn so far; with ``max_pause_ms``, every pause inside it shortened to that (Whisper drops or
+        invents words around long silences)."""
+        frames = self._frames
+        if max_pause_ms is not None:
+            keep, run = max(1, round(max_pause_ms / FRAME_MS)), 0
+            frames = []
+            for frame, speech in zip(self._frames, self._speech, strict=True):
+                run = 0 if speech else run + 1
+                if run <= keep:
+                    frames.append(frame)
+        return np.concatenate(frames) if frames else np.zeros(0, np.float32)
 
     def push(self, frame: np.ndarray, probability: float, *, gated: bool = False) -> TurnStarted | TurnEnded | None:
         """One 512-sample frame. ``gated``: our own reply is playing, so this cannot be the user."""
@@ -57,8 +79,10 @@ class Endpointer:
             if self._gap > 3:  # ~100 ms of non-speech ends a run; shorter dips are part of speaking
                 self.speech_run = 0
         self._frames.append(frame)
+        self._speech.append(speech)
         if not self.in_turn:
             self._frames = self._frames[-(self.preroll_frames + self.min_speech_frames):]
+            self._speech = self._speech[-(self.preroll_frames + self.min_speech_frames):]
             if self.speech_run >= self.min_speech_frames:
                 self.in_turn, self._silence, self.speech_frames = True, 0, self.speech_run
                 return TurnStarted()
@@ -71,10 +95,16 @@ class Endpointer:
             return self._end(truncated=True)
         return None
 
+    def end_now(self) -> TurnEnded:
+        """End the turn in progress here (the turn model found it complete)."""
+        assert self.in_turn
+        return self._end(truncated=False)
+
     def _end(self, truncated: bool) -> TurnEnded:
-        audio = self.turn_audio()
-        if not truncated:  # drop the trailing silence that ended the turn
-            audio = audio[: max(0, audio.size - (self._silence - 3) * FRAME_SAMPLES)]
-        speech_frames = self.speech_frames
-        self.in_turn, self._frames, self._silence, self.speech_run = False, [], 0, 0
-        return TurnEnded(audio, truncated, speech_frames)
+        audio = self.turn_audio(MAX_PAUSE_MS)
+        if not truncated:  # drop the trailing silence that ended the turn (keep ~100 ms of it)
+            trailing = min(self._silence, round(MAX_PAUSE_MS / FRAME_MS))  # as shortened by turn_audio
+            audio = audio[: max(0, audio.size - max(0, trailing - 3) * FRAME_SAMPLES)]
+        speech_frames, silence_ms = self.speech_frames, self._silence * FRAME_MS
+        self.in_turn, self._frames, self._speech, self._silence, self.speech_run = False, [], [], 0, 0
+        return TurnEnded(audio, truncated, speech_frames, 0.0 if truncated else silence_ms)

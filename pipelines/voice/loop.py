@@ -3,8 +3,14 @@
 Audio arrives in order and is never dropped. Each turn moves through small steps that talk in protocol
 messages: partial transcripts while the user speaks (a word prefix two consecutive decodes agree on), an early
 LLM request once the partial has been stable for a while (streaming prefill), a final transcript at the end of
-the turn, then reply deltas, sentence-by-sentence speech, and a ``metrics`` message with the turn's timings.
+the turn, then reply deltas, clause-then-sentence speech, and a ``metrics`` message with the turn's timings.
 Barge-in (the user speaking over a reply) is a message too: an ``event`` ``barge_in`` after the reply was cut.
+
+The end of a turn (``turn_detection``): ``smart-turn`` asks a turn model (``models.turn``) after a short silence
+whether the user has finished; complete ends the turn there, unfinished keeps listening up to a longer silence
+(the cap). ``silence`` ends a turn after a fixed silence. While the user is quiet and the turn is not confirmed
+yet, the reply is generated and its first audio synthesised speculatively, held unheard, and played the moment
+the turn ends if the final transcript matches; speech that goes on discards it.
 """
 
 from __future__ import annotations
@@ -22,12 +28,13 @@ import av
 import numpy as np
 
 from models.llm import ChatMessage, LanguageModel, LlmRequest, LlmUnavailable
-from models.tts import TextToSpeech, split_sentences
+from models.tts import TextToSpeech, split_first_clause, split_sentences
+from models.turn import TurnDetector
 from models.vad import SileroVadModel, VadStream
 from pipelines import telemetry
 from pipelines.protocol import Event, Metrics, Reply, Transcript, TurnMetrics
-from pipelines.voice.audio import InputResampler, ReplyAudioTrack, resample_pcm
-from pipelines.voice.endpointing import FRAME_SAMPLES, Endpointer, TurnEnded, TurnStarted
+from pipelines.voice.audio import InputResampler, ReplyAudioTrack, resample_pcm, trim_silence
+from pipelines.voice.endpointing import FRAME_SAMPLES, MAX_PAUSE_MS, Endpointer, TurnEnded, TurnStarted
 
 if TYPE_CHECKING:
     from models.stt import WhisperStt
@@ -36,13 +43,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ECHO_TAIL_S = 0.4  # room reverberation after our reply stops still reaches the microphone
+CLAUSE_PAUSE_MS = 120  # the pause kept after a clause spoken on its own (Piper ends every chunk with ~200 ms)
 
 
 @dataclass(frozen=True, slots=True)
 class VoiceLoopConfig:
     vad_threshold: float = 0.5
     min_speech_ms: float = 250
+    turn_detection: str = "silence"  # "smart-turn" needs VoiceEngine.turn
     end_of_turn_silence_ms: float = 600
+    turn_check_silence_ms: float = 200
+    turn_max_silence_ms: float = 1500
+    turn_threshold: float = 0.5
     max_turn_s: float = 30.0
     partial_interval_ms: float = 400
     prefill: bool = True
@@ -56,6 +68,7 @@ class VoiceLoopConfig:
     memory_tokens: int = 1024
     temperature: float = 0.0
     silent_track_s: float = 10.0
+    reply_burst_ms: float = 80.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +91,11 @@ class VoiceEngine:
     stt: WhisperStt
     llm: LanguageModel
     tts: TextToSpeech
+    turn: TurnDetector | None = None  # semantic end of turn (None: silence only)
     vad_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "vad"))
     stt_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "stt"))
     tts_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "tts"))
+    turn_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "turn"))
 
     @property
     def names(self) -> str:
@@ -88,7 +103,7 @@ class VoiceEngine:
 
     async def close(self) -> None:
         # The LLM is not ours to close: it is shared (process-wide, or per app: see server.engines).
-        for executor in (self.vad_executor, self.stt_executor, self.tts_executor):
+        for executor in (self.vad_executor, self.stt_executor, self.tts_executor, self.turn_executor):
             executor.shutdown(wait=False, cancel_futures=True)
 
 
@@ -116,18 +131,36 @@ class _Turn:
     started: float = field(default_factory=time.perf_counter)
     end_of_speech: float | None = None
     speech_ms: float = 0.0
+    audio_queued: float | None = None  # when its reply's first audio was queued to play
     metrics: dict[str, Any] = field(default_factory=dict)
     reported: bool = False
 
 
 @dataclass
 class _Speculation:
-    """An LLM request started before the end of the turn, on a partial transcript (streaming prefill)."""
+    """A reply started before the end of the turn, on a partial transcript (streaming prefill): it generates and
+    synthesises its first audio, then holds it unheard until the final transcript confirms it."""
 
+    turn: _Turn
     text: str
     started: float
-    task: asyncio.Task[None]
+    in_pause: bool = False  # started while the user was quiet (else on a stable partial, while speaking)
+    task: asyncio.Task[None] | None = None
     confirmed: asyncio.Event = field(default_factory=asyncio.Event)
+    audio_held: asyncio.Event = field(default_factory=asyncio.Event)  # its first audio is ready, unheard
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+
+@dataclass(frozen=True, slots=True)
+class _Decode:
+    """A transcription of the turn so far and how many speech frames it covered: if the turn ends with no more
+    speech, it is the final transcript."""
+
+    speech_frames: int
+    task: asyncio.Task[str]
 
 
 class VoiceLoop:
@@ -137,7 +170,7 @@ class VoiceLoop:
         self.engine = engine
         self.config = config
         self.name = engine.names
-        self.output_track = ReplyAudioTrack()
+        self.output_track = ReplyAudioTrack(burst_ms=config.reply_burst_ms)
         self.output_track.on_first_audio = self._first_audio_sent
         self.output_track.on_silence_after_flush = self._reply_audio_stopped
         self.output_track.on_drained = self._reply_audio_drained
@@ -146,8 +179,10 @@ class VoiceLoop:
         self._pipeline: SessionPipeline | None = None
         self._resample = InputResampler()
         self._vad = VadStream(engine.vad)
+        self._smart_turn = config.turn_detection == "smart-turn" and engine.turn is not None
+        end_silence = config.turn_max_silence_ms if self._smart_turn else config.end_of_turn_silence_ms
         self._endpointer = Endpointer(threshold=config.vad_threshold, min_speech_ms=config.min_speech_ms,
-                                      end_silence_ms=config.end_of_turn_silence_ms, max_turn_s=config.max_turn_s)
+                                      end_silence_ms=end_silence, max_turn_s=config.max_turn_s)
         self._pending = np.zeros(0, np.float32)
         self._memory: list[ChatMessage] = []
         self._turn_count = 0
@@ -156,8 +191,12 @@ class VoiceLoop:
         self._reply_task: asyncio.Task[None] | None = None
         self._speculation: _Speculation | None = None
         self._partial_task: asyncio.Task[None] | None = None
-        # Streaming prefill: the turn decoded as soon as the user goes quiet, with the speech frame count it saw.
-        self._early: tuple[int, asyncio.Task[str]] | None = None
+        self._finishing: set[asyncio.Task[None]] = set()  # turns ended, waiting for their final transcript
+        # Decodes of the turn so far, reused as the final transcript when no speech followed them.
+        self._early: _Decode | None = None  # started as soon as the user went quiet (streaming prefill)
+        self._last_partial: tuple[int, str] | None = None  # (speech frames, text) of the last partial decode
+        self._turn_check: asyncio.Task[None] | None = None
+        self._checked_frames = -1  # speech frames of the turn when the turn model was last asked
         self._was_speech = False
         self._last_partial_at = 0.0
         self._last_decode = ""  # the previous partial decode, to agree with
@@ -187,8 +226,10 @@ class VoiceLoop:
             await self._on_vad_frame(chunk, float(probability))
 
     async def close(self) -> None:
-        for task in [self._reply_task, self._partial_task, self._early[1] if self._early else None,
-                     self._speculation.task if self._speculation else None]:
+        if self._speculation is not None:
+            self._speculation.cancel()
+        for task in [self._reply_task, self._partial_task, self._turn_check, self._early.task if self._early else None,
+                     *self._finishing]:
             if task is not None:
                 task.cancel()
         self.output_track.stop()
@@ -196,12 +237,7 @@ class VoiceLoop:
     async def say_text(self, text: str) -> None:
         """A typed user turn (gRPC Converse): no VAD or STT, otherwise answered like a spoken turn. It interrupts
         a reply still playing, as speaking over it would."""
-        if self._reply_active():
-            await self._barge_in()
-            for _ in range(50):  # until the cut turn is reported (the track's next frame), so it keeps its metrics
-                if self._barge_in_at is None:
-                    break
-                await asyncio.sleep(0.02)
+        await self._interrupt_reply()
         self._cancel_speculation()
         self._turn_count += 1
         turn = _Turn(self._turn_count, end_of_speech=time.perf_counter())
@@ -228,7 +264,7 @@ class VoiceLoop:
     @property
     def idle(self) -> bool:
         """No user turn in progress and no reply being generated or played."""
-        return self._turn is None and not self._reply_active()
+        return self._turn is None and not self._finishing and not self._reply_active()
 
     # ------------------------------------------------------------------ per frame
 
@@ -248,12 +284,18 @@ class VoiceLoop:
         if isinstance(event, TurnStarted):
             self._start_turn()
         elif isinstance(event, TurnEnded):
-            await self._end_turn(event)
+            await self._end_turn(event, "max_turn" if event.truncated else
+                                 "silence_cap" if self._smart_turn else "silence")
         elif self._turn is not None:
+            speculation = self._speculation
+            if self._endpointer.last_frame_speech and not self._was_speech and speculation is not None \
+                    and speculation.in_pause and speculation.turn is self._turn:
+                self._cancel_speculation()  # the user went on after a pause: the held reply is discarded unheard
             if self.config.prefill and self._was_speech and not self._endpointer.last_frame_speech:
                 self._decode_early(self._turn)
-            else:
-                self._maybe_partial()
+            elif self._endpointer.last_frame_speech or self._early is None:
+                self._maybe_partial()  # in a pause after an early decode, nothing new to decode
+            await self._maybe_check_turn(self._turn)
         self._was_speech = self._endpointer.last_frame_speech
 
     def _watch_for_silence(self, samples: np.ndarray) -> None:
@@ -271,51 +313,113 @@ class VoiceLoop:
     def _start_turn(self) -> None:
         self._turn_count += 1
         self._turn = _Turn(self._turn_count)
-        self._last_decode, self._shown_partial, self._stable_since, self._early = "", "", None, None
+        self._last_decode, self._shown_partial, self._stable_since = "", "", None
+        self._early, self._last_partial, self._checked_frames = None, None, -1
         self._last_partial_at = time.perf_counter()
 
-    async def _end_turn(self, ended: TurnEnded) -> None:
+    async def _maybe_check_turn(self, turn: _Turn) -> None:
+        """Semantic end of turn: after a short silence, ask the turn model (on its own thread) whether the turn is
+        complete; if it is and the user is still quiet, the turn ends now instead of at the silence cap."""
+        endpointer = self._endpointer
+        if not self._smart_turn or endpointer.silence_ms < self.config.turn_check_silence_ms \
+                or self._checked_frames == endpointer.speech_frames:
+            return
+        self._checked_frames = speech_frames = endpointer.speech_frames
+        audio = endpointer.turn_audio()
+        if self._pipeline is not None and self._pipeline.clock.virtual:
+            await self._check_turn(turn, speech_frames, audio)  # replay stays deterministic
+            return
+        self._turn_check = asyncio.create_task(self._check_turn(turn, speech_frames, audio), name="voice:turn-check")
+
+    async def _check_turn(self, turn: _Turn, speech_frames: int, audio: np.ndarray) -> None:
+        assert self.engine.turn is not None
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        try:
+            score = await loop.run_in_executor(self.engine.turn_executor, self.engine.turn.completion, audio)
+        except Exception:
+            log.exception("turn model failed; the silence cap ends this turn")
+            return
+        turn.metrics["turn_score"] = round(score, 3)
+        turn.metrics["turn_model_ms"] = self._ms_since(started)
+        still_quiet = self._turn is turn and self._endpointer.speech_frames == speech_frames
+        if still_quiet and score >= self.config.turn_threshold:
+            await self._end_turn(self._endpointer.end_now(), "model")
+
+    async def _end_turn(self, ended: TurnEnded, how: str) -> None:
         turn, self._turn = self._turn, None
         if turn is None:
             return
-        silence_s = 0.0 if ended.truncated else self.config.end_of_turn_silence_ms / 1000.0
-        turn.end_of_speech = time.perf_counter() - silence_s
+        turn.end_of_speech = time.perf_counter() - ended.silence_ms / 1000.0
         turn.speech_ms = round(ended.audio.size / 16.0, 1)
+        turn.metrics["end_of_turn"] = how
+        turn.metrics["end_of_turn_ms"] = round(ended.silence_ms, 1)
         if ended.truncated:
             self._error("turn_too_long", f"turn {turn.number} cut at voice.max_turn_s={self.config.max_turn_s:g} s;"
                                          " answering what was said so far")
-        if self._partial_task is not None:
-            self._partial_task.cancel()
+        for task in (self._partial_task, self._turn_check):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
         early, self._early = self._early, None
+        partial, self._last_partial = self._last_partial, None
+        if ended.truncated:
+            early = partial = None
+        # The final decode runs on its own task: VAD and turn detection of what follows never wait for Whisper.
+        finishing = asyncio.create_task(self._finish_turn(turn, ended, early, partial), name="voice:final")
+        self._finishing.add(finishing)
+        finishing.add_done_callback(self._finishing.discard)
+        if self._pipeline is not None and self._pipeline.clock.virtual:
+            await asyncio.gather(finishing, return_exceptions=True)  # replay stays deterministic
+
+    async def _finish_turn(self, turn: _Turn, ended: TurnEnded, early: _Decode | None,
+                           partial: tuple[int, str] | None) -> None:
         try:
-            if early is not None and early[0] == ended.speech_frames and not ended.truncated:
-                text = (await early[1]).strip()  # nothing but silence came after it: it is the final text
+            if early is not None and early.speech_frames == ended.speech_frames:
+                text = (await early.task).strip()  # nothing but silence came after it: it is the final text
+                turn.metrics["final_decode"] = "early"
+            elif partial is not None and partial[0] == ended.speech_frames:
+                text = partial[1]
+                turn.metrics["final_decode"] = "partial"
             else:
                 if early is not None:
-                    early[1].cancel()
+                    early.task.cancel()
                 text = (await self._transcribe(ended.audio)).strip()
+                turn.metrics["final_decode"] = "new"
+        except asyncio.CancelledError:
+            raise
         except Exception as error:
             log.exception("final transcription failed")
             self._error("stt_failed", f"speech recognition failed: {error}")
-            self._cancel_speculation()
+            self._cancel_speculation(turn)
             return
-        turn.metrics["end_of_speech_to_final_ms"] = self._ms_since(turn.end_of_speech)
+        turn.metrics["end_of_speech_to_final_ms"] = self._ms_since(turn.end_of_speech or time.perf_counter())
         self._send(Transcript, turn=turn.number, text=text, final=True)
         if not text:
-            self._cancel_speculation()
+            self._cancel_speculation(turn)
             self._report(turn)
             return
-        speculation, self._speculation = self._speculation, None
+        if self._turn_count > turn.number and self._turn is None:
+            # The user spoke a whole further turn while this one was transcribed: that one gets the answer.
+            self._cancel_speculation(turn)
+            self._report(turn)
+            return
+        if self._replying is not None and self._replying is not turn:
+            await self._interrupt_reply()  # an earlier reply still playing gives way, as barge-in would
+        speculation = self._speculation if self._speculation is not None and self._speculation.turn is turn else None
+        if speculation is not None:
+            self._speculation = None
         if speculation is not None and _normalise(speculation.text) == _normalise(text):
             turn.metrics["prefill"] = "reused"
             turn.metrics["prefill_saved_ms"] = round((time.perf_counter() - speculation.started) * 1000.0, 1)
+            turn.metrics["speculation"] = "played"
             self._replying, self._reply_task = turn, speculation.task
             speculation.confirmed.set()
             telemetry.VOICE_PREFILL.labels(outcome="reused").inc()
         else:
             if speculation is not None:
-                speculation.task.cancel()
+                speculation.cancel()
                 turn.metrics["prefill"] = "restarted"
+                self._discarded(turn)
                 telemetry.VOICE_PREFILL.labels(outcome="restarted").inc()
             self._replying = turn
             self._reply_task = asyncio.create_task(self._reply(turn, text, None), name="voice:reply")
@@ -324,21 +428,23 @@ class VoiceLoop:
 
     def _decode_early(self, turn: _Turn) -> None:
         """The user just went quiet: decode the turn now, during the end-of-turn silence. If no speech follows,
-        this is the final transcript (the rest is silence) and its LLM request is already running."""
+        this is the final transcript (the rest is silence) and its reply is already being prepared."""
         if self._early is not None:
-            self._early[1].cancel()
+            self._early.task.cancel()
         speech_frames = self._endpointer.speech_frames
-        task = asyncio.create_task(self._transcribe(self._endpointer.turn_audio()), name="voice:early-decode")
-        self._early = (speech_frames, task)
+        audio = self._endpointer.turn_audio(MAX_PAUSE_MS)
+        task = asyncio.create_task(self._transcribe(audio), name="voice:early-decode")
+        self._early = _Decode(speech_frames, task)
 
         def speculate(done: asyncio.Task[str]) -> None:
             if done.cancelled() or done.exception() is not None or self._turn is not turn:
                 return
-            if self._early is not None and self._early[1] is done and self._endpointer.speech_frames == speech_frames:
+            if self._early is not None and self._early.task is done \
+                    and self._endpointer.speech_frames == speech_frames:
                 text = done.result().strip()
                 if text:
                     self._show_partial(turn, text)
-                    self._speculate(turn, text)
+                    self._speculate(turn, text, in_pause=True)
 
         task.add_done_callback(speculate)
 
@@ -354,9 +460,10 @@ class VoiceLoop:
             return
         self._last_partial_at = now
         assert self._turn is not None
-        self._partial_task = asyncio.create_task(self._partial(self._turn, self._endpointer.turn_audio()))
+        self._partial_task = asyncio.create_task(
+            self._partial(self._turn, self._endpointer.turn_audio(MAX_PAUSE_MS), self._endpointer.speech_frames))
 
-    async def _partial(self, turn: _Turn, audio: np.ndarray) -> None:
+    async def _partial(self, turn: _Turn, audio: np.ndarray, speech_frames: int) -> None:
         try:
             text = (await self._transcribe(audio)).strip()
         except Exception:
@@ -364,6 +471,7 @@ class VoiceLoop:
             return
         if self._turn is not turn:
             return  # the turn ended meanwhile; its final transcript supersedes this one
+        self._last_partial = (speech_frames, text)
         previous, self._last_decode = self._last_decode, text
         agreed = _agreed_prefix(previous, text)
         if agreed and agreed != self._shown_partial:
@@ -372,16 +480,27 @@ class VoiceLoop:
             if (time.perf_counter() - self._stable_since) * 1000.0 >= self.config.prefill_stable_ms:
                 self._speculate(turn, agreed)
 
-    def _speculate(self, turn: _Turn, text: str) -> None:
+    def _speculate(self, turn: _Turn, text: str, in_pause: bool = False) -> None:
         self._cancel_speculation()
-        confirmed = asyncio.Event()
-        task = asyncio.create_task(self._reply(turn, text, confirmed), name="voice:prefill")
-        self._speculation = _Speculation(text, time.perf_counter(), task, confirmed)
+        speculation = _Speculation(turn, text, time.perf_counter(), in_pause)
+        speculation.task = asyncio.create_task(self._reply(turn, text, speculation), name="voice:speculation")
+        self._speculation = speculation
 
-    def _cancel_speculation(self) -> None:
-        if self._speculation is not None:
-            self._speculation.task.cancel()
-            self._speculation = None
+    def _cancel_speculation(self, turn: _Turn | None = None) -> None:
+        """Discard the held speculative reply (of ``turn`` only, when given); it was never heard."""
+        speculation = self._speculation
+        if speculation is None or (turn is not None and speculation.turn is not turn):
+            return
+        speculation.cancel()
+        self._speculation = None
+        if not speculation.confirmed.is_set():
+            self._discarded(speculation.turn)
+
+    @staticmethod
+    def _discarded(turn: _Turn) -> None:
+        turn.metrics["speculations_discarded"] = turn.metrics.get("speculations_discarded", 0) + 1
+        if turn.metrics.get("speculation") != "played":
+            turn.metrics["speculation"] = "discarded"
 
     async def _transcribe(self, audio: np.ndarray) -> str:
         loop = asyncio.get_running_loop()
@@ -408,53 +527,89 @@ class VoiceLoop:
             del messages[1:3]
         return LlmRequest(messages, max_tokens=self.config.max_reply_tokens, temperature=self.config.temperature)
 
-    async def _reply(self, turn: _Turn, text: str, confirmed: asyncio.Event | None) -> None:
+    async def _reply(self, turn: _Turn, text: str, speculation: _Speculation | None) -> None:
+        """Stream the reply: text deltas out as they come, speech chunk by chunk (the first clause, then whole
+        sentences). A speculative reply holds its deltas and first audio until its turn confirms it."""
+        confirmed = speculation.confirmed if speculation is not None else None
         request = await self._request(text, turn)
-        self.last_request = request
+        if confirmed is None:
+            self.last_request = request
         started = time.perf_counter()
         reply_text = ""
         buffer = ""
-        first = True
+        held: list[str] = []  # deltas not sent yet (speculative reply not yet confirmed)
+
+        def release_deltas() -> None:
+            for delta in held:
+                self._send(Reply, turn=turn.number, delta=delta)
+            held.clear()
+
+        async def hold_until_confirmed() -> None:
+            if speculation is not None and not speculation.confirmed.is_set():
+                speculation.audio_held.set()
+                await speculation.confirmed.wait()
+                self.last_request = request
+            release_deltas()
+
+        spoken = 0
+        first_token = True
         try:
             async for delta in self.engine.llm.stream(request):
-                if first:
-                    first = False
+                if first_token:
+                    first_token = False
                     turn.metrics["llm_first_token_ms"] = round((time.perf_counter() - started) * 1000.0, 1)
-                if confirmed is not None and not confirmed.is_set():
-                    await confirmed.wait()  # a speculative reply stays silent until the final transcript agrees
                 reply_text += delta
-                self._send(Reply, turn=turn.number, delta=delta)
-                sentences, buffer = split_sentences(buffer + delta)
-                for sentence in sentences:
-                    await self._speak(turn, sentence)
-            if confirmed is not None and not confirmed.is_set():
-                await confirmed.wait()
+                held.append(delta)
+                if confirmed is None or confirmed.is_set():
+                    release_deltas()
+                chunks, buffer = (split_first_clause if spoken == 0 else split_sentences)(buffer + delta)
+                for chunk in chunks:
+                    pcm = await self._synthesize(chunk, first=spoken == 0, clause=spoken == 0)
+                    await hold_until_confirmed()  # a speculative reply's first audio waits here, ready
+                    self._play(turn, pcm)
+                    spoken += 1
+            await hold_until_confirmed()
             if buffer.strip():
-                await self._speak(turn, buffer)
+                self._play(turn, await self._synthesize(buffer, first=spoken == 0, clause=False))
             self._send(Reply, turn=turn.number, done=True)
             self._memory += [ChatMessage("user", text), ChatMessage("assistant", reply_text.strip())]
         except LlmUnavailable as error:
+            if confirmed is not None and not confirmed.is_set():
+                await confirmed.wait()  # a speculation reports nothing before its turn is final
+            release_deltas()
             self._error("llm_unavailable", str(error))
             self._send(Reply, turn=turn.number, done=True)
         except asyncio.CancelledError:
             raise
         except Exception as error:
             log.exception("reply failed")
+            if confirmed is not None and not confirmed.is_set():
+                await confirmed.wait()
+            release_deltas()
             self._error("reply_failed", f"the reply failed: {error}")
             self._send(Reply, turn=turn.number, done=True)
         finally:
             if confirmed is None or confirmed.is_set():
                 self._reply_finished(turn)
 
-    async def _speak(self, turn: _Turn, sentence: str) -> None:
+    async def _synthesize(self, text: str, *, first: bool, clause: bool) -> np.ndarray:
+        """48 kHz speech for one chunk of the reply; the first starts at once (its leading silence cut) and a
+        clause ends with a short pause rather than a sentence's long one."""
         if self._pipeline is not None and self._pipeline.clock.virtual:
-            return  # offline replay has nowhere to play audio
+            return np.zeros(0, np.int16)  # offline replay has nowhere to play audio
         loop = asyncio.get_running_loop()
         tts = self.engine.tts
-        pcm = await loop.run_in_executor(self.engine.tts_executor, tts.synthesize, sentence)
-        pcm48 = resample_pcm(pcm, tts.sample_rate)
-        if "first_audio_ms" not in turn.metrics and turn.end_of_speech is not None:
-            turn.metrics["first_audio_ms"] = self._ms_since(turn.end_of_speech)
+        pcm = await loop.run_in_executor(self.engine.tts_executor, tts.synthesize, text)
+        pcm = trim_silence(pcm, tts.sample_rate, lead=first, keep_tail_ms=CLAUSE_PAUSE_MS if clause else None)
+        return resample_pcm(pcm, tts.sample_rate)
+
+    def _play(self, turn: _Turn, pcm48: np.ndarray) -> None:
+        if pcm48.size == 0:
+            return
+        if turn.audio_queued is None:
+            turn.audio_queued = time.perf_counter()
+            if turn.end_of_speech is not None:
+                turn.metrics["first_audio_ms"] = self._ms_since(turn.end_of_speech)
         self.output_track.enqueue(pcm48, turn.number)
 
     def _reply_finished(self, turn: _Turn) -> None:
@@ -476,14 +631,28 @@ class VoiceLoop:
         if turn is None or turn.number != turn_number or turn.end_of_speech is None:
             return
         turn.metrics["voice_to_voice_ms"] = round((when - turn.end_of_speech) * 1000.0, 1)
+        if turn.audio_queued is not None:
+            turn.metrics["audio_send_ms"] = round((when - turn.audio_queued) * 1000.0, 1)
         telemetry.VOICE_STAGE_MS.labels(stage="voice_to_voice").observe(turn.metrics["voice_to_voice_ms"])
+
+    async def _interrupt_reply(self) -> None:
+        """Cut the reply being generated or played (a barge-in) and wait until it is reported (the track's next
+        frame), so that it keeps its metrics and the next reply starts clean."""
+        if not self._reply_active():
+            return
+        await self._barge_in()
+        for _ in range(50):
+            if self._barge_in_at is None:
+                break
+            await asyncio.sleep(0.02)
 
     async def _barge_in(self) -> None:
         turn = self._replying
         self._barge_in_at = time.perf_counter()
-        for task in (self._reply_task, self._speculation.task if self._speculation else None):
-            if task is not None:
-                task.cancel()
+        if self._reply_task is not None:
+            self._reply_task.cancel()
+        if self._speculation is not None:
+            self._speculation.cancel()
         self._speculation = None
         dropped = self.output_track.flush()
         if turn is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from server.config.base import Section
 
@@ -13,7 +13,19 @@ class VoiceSettings(Section):
     enabled: bool = True
     vad_threshold: float = Field(0.5, gt=0, lt=1)
     min_speech_ms: int = Field(250, ge=32, description="Speech needed before a turn starts (a cough is shorter).")
-    end_of_turn_silence_ms: int = Field(600, ge=64, description="Silence that ends a turn (hangover).")
+    turn_detection: Literal["smart-turn", "silence"] = Field(
+        "smart-turn", description="How a turn ends: smart-turn asks the Smart Turn v3.2 model after a short "
+        "silence whether the user has finished (complete: the turn ends then; unfinished: up to "
+        "turn_max_silence_ms of silence); silence: after end_of_turn_silence_ms of silence, whatever was said."
+    )
+    end_of_turn_silence_ms: int = Field(600, ge=64, description="Silence that ends a turn (turn_detection: silence).")
+    turn_check_silence_ms: int = Field(
+        200, ge=32, description="smart-turn: silence after which the turn model is asked whether the turn is complete."
+    )
+    turn_max_silence_ms: int = Field(
+        1500, ge=64, description="smart-turn: silence that ends a turn the model called unfinished (the cap)."
+    )
+    turn_threshold: float = Field(0.5, gt=0, lt=1, description="smart-turn: completion probability that ends a turn.")
     max_turn_s: float = Field(30.0, gt=0, description="A longer turn is cut and answered (error turn_too_long).")
     partial_interval_ms: int = Field(400, ge=100, description="How often the growing turn is re-decoded.")
     prefill: bool = Field(
@@ -34,3 +46,13 @@ class VoiceSettings(Section):
     memory_tokens: int = Field(1024, ge=64, description="Prompt budget: older exchanges are dropped beyond it.")
     temperature: float = Field(0.0, ge=0, le=2)
     silent_track_s: float = Field(10.0, gt=0, description="Digital silence this long is reported (audio_silent).")
+    reply_burst_ms: float = Field(
+        80, ge=0, le=500, description="The first reply audio after silence is sent this much ahead of real time "
+        "(back to back), so that a receiver's jitter buffer plays it sooner; given back in the next silence."
+    )
+
+    @model_validator(mode="after")
+    def _cap_after_check(self) -> VoiceSettings:
+        if self.turn_max_silence_ms <= self.turn_check_silence_ms:
+            raise ValueError("voice.turn_max_silence_ms must be longer than voice.turn_check_silence_ms")
+        return self

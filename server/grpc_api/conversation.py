@@ -75,7 +75,8 @@ def to_output(message: ServerMessage) -> pb.ConversationOutput | None:
     if isinstance(message, Error):
         return _output(error=pb.ConversationError(code=message.code, message=message.message))
     if isinstance(message, Metrics) and message.turn is not None:
-        fields = message.turn.model_dump(exclude_none=True)
+        known = pb.TurnMetrics.DESCRIPTOR.fields_by_name  # the proto carries the core stages only
+        fields = {k: v for k, v in message.turn.model_dump(exclude_none=True).items() if k in known}
         return _output(metrics=pb.TurnMetrics(**fields))
     return None
 

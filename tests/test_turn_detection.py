@@ -1,0 +1,198 @@
+"""Semantic end of turn (Smart Turn v3.2) and speculative replies, on the real models over real WebRTC.
+
+The paused question is spoken whole by Piper (one intonation) and cut after "like": Smart Turn finds that
+unfinished (~0.01), whereas Piper's "Could you tell me" on its own sounds finished to it (~0.95), so the pause sits
+where a person trailing off mid-sentence is unmistakable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from models.packaged import package_dir
+from models.turn import SmartTurnV3
+from pipelines.voice.audio import ReplyAudioTrack, trim_silence
+from tests.support.audio import silence, speech, speech_split
+from tests.test_voice_loop import VOICE, VoiceCall, _session_loop, _words
+
+PAUSED = "Could you tell me what the weather will be like tomorrow?"
+PAUSED_AFTER = 9  # words: "... will be like" | "tomorrow?"
+RATE16 = 16000
+
+
+def _float(pcm: np.ndarray) -> np.ndarray:
+    return pcm.astype(np.float32) / 32768.0
+
+
+@pytest.fixture(scope="module")
+def smart_turn() -> SmartTurnV3:
+    return SmartTurnV3()
+
+
+def _pipecat_features(audio: np.ndarray) -> np.ndarray:
+    """pipecat's own Smart Turn v3 preprocessing (its numpy feature module, loaded from the installed wheel by
+    path: importing the pipecat package would need its dependencies)."""
+    path = package_dir("pipecat") / "audio/turn/smart_turn/_whisper_features.py"
+    spec = importlib.util.spec_from_file_location("pipecat_smart_turn_features", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    window = audio[-8 * RATE16:]
+    window = np.pad(window, (8 * RATE16 - window.size, 0))
+    return module.compute_whisper_log_mel_features(window, do_normalize=True)
+
+
+def test_features_match_pipecats_preprocessing(smart_turn: SmartTurnV3) -> None:
+    short = _float(np.concatenate([speech(PAUSED, RATE16), silence(0.2, RATE16)]))
+    long = np.concatenate([short] * 4)  # over 8 s: only the last 8 s count
+    for audio in (short, long):
+        ours = smart_turn.features(audio)
+        assert ours.shape == (1, 80, 800)
+        np.testing.assert_allclose(ours[0], _pipecat_features(audio), atol=1e-4)
+
+
+def test_whole_question_scores_high_and_a_cut_off_one_low(smart_turn: SmartTurnV3) -> None:
+    before, _ = speech_split(PAUSED, PAUSED_AFTER, RATE16)
+    pause = silence(0.2, RATE16)
+    whole = smart_turn.completion(_float(np.concatenate([speech(PAUSED, RATE16), pause])))
+    cut = smart_turn.completion(_float(np.concatenate([before, pause])))
+    assert whole > 0.8, whole
+    assert cut < 0.2, cut
+    assert smart_turn.completion(np.zeros(0, np.float32)) == 0.0
+
+
+async def _messages_until_metrics(call: VoiceCall, turn: int, timeout: float = 90.0) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+    async with asyncio.timeout(timeout):
+        while True:
+            message = await call.client.next_message(timeout=timeout)
+            seen.append(message)
+            if message["type"] == "metrics" and (message.get("turn") or {}).get("turn") == turn:
+                return seen
+
+
+@pytest.mark.parametrize("detection", ["smart-turn", "silence"])
+async def test_question_with_a_pause_in_the_middle_is_one_turn(vigil, detection: str):
+    """700 ms of silence mid-sentence: the turn model keeps listening (one turn, no reply before the end). With
+    turn_detection: silence (600 ms) the same audio is cut in two, as before: so this test can fail."""
+    server = await vigil(voice={**VOICE, "turn_detection": detection, "end_of_turn_silence_ms": 600})
+    before, after = speech_split(PAUSED, PAUSED_AFTER)
+    async with VoiceCall(server.url) as call:
+        assert call.recorder is not None
+        call.mic.say(silence(0.3))
+        call.mic.say(before)
+        call.mic.say(silence(0.7))
+        call.mic.say(after)
+        await asyncio.wait_for(call.mic.spoken.wait(), 30)
+        question_done = time.perf_counter()
+        messages = await _messages_until_metrics(call, 1)
+        finals = [m for m in messages if m["type"] == "transcript" and m["final"]]
+        if detection == "silence":
+            assert "tomorrow" not in _words(finals[0]["text"]), finals  # the first half alone: cut in two
+            assert messages[-1]["turn"]["end_of_turn"] == "silence"
+            return
+        metrics = messages[-1]["turn"]
+        assert len(finals) == 1, (finals, metrics)
+        assert {"tell", "weather", "tomorrow"} <= _words(finals[0]["text"]), (finals, metrics)
+        assert metrics["end_of_turn"] in ("model", "silence_cap"), metrics
+        assert metrics["speech_ms"] > 2500, metrics  # both halves
+        first_loud = call.recorder.first_loud()
+        assert first_loud is None or first_loud > question_done, "reply audio before the second half was spoken"
+        request = _session_loop(server).last_request
+        assert request is not None and "tomorrow" in request.messages[-1].content.lower()
+
+
+async def test_speculative_reply_to_a_turn_that_goes_on_is_never_heard(vigil):
+    """The user stops mid-sentence long enough for a reply to be generated and its first audio synthesised
+    (held); then goes on. The held reply is discarded unheard; the reply that plays answers the whole turn."""
+    # No silence cap within reach: only the turn model could end the turn during the pause, and it must not.
+    server = await vigil(voice={**VOICE, "turn_max_silence_ms": 30000})
+    before, after = speech_split(PAUSED, PAUSED_AFTER)
+    async with VoiceCall(server.url) as call:
+        assert call.recorder is not None
+        call.mic.say(silence(0.3))
+        call.mic.say(before)
+        loop = _session_loop(server)
+        async with asyncio.timeout(60):  # until a speculative reply holds its first audio, unheard
+            while loop._speculation is None or not loop._speculation.audio_held.is_set():  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        held = loop._speculation
+        assert "tomorrow" not in held.text.lower()
+        await asyncio.sleep(0.5)
+        assert call.recorder.first_loud() is None, "the held speculative reply was heard"
+        call.mic.say(after)
+        await asyncio.wait_for(call.mic.spoken.wait(), 30)
+        question_done = time.perf_counter()
+        messages = await _messages_until_metrics(call, 1)
+        assert held.task is not None and held.task.cancelled()
+        finals = [m for m in messages if m["type"] == "transcript" and m["final"]]
+        assert len(finals) == 1 and "tomorrow" in _words(finals[0]["text"]), finals
+        final_at = messages.index(finals[0])
+        assert not [m for m in messages[:final_at] if m["type"] == "reply"], "reply text before the final transcript"
+        assert any(m["type"] == "reply" and m.get("delta") for m in messages[final_at:])
+        # The held reply was discarded; one prepared after the second half may have played (it answers it all).
+        metrics = messages[-1]["turn"]
+        assert metrics["speculations_discarded"] >= 1 and metrics["speculation"] in ("discarded", "played"), metrics
+        first_loud = call.recorder.first_loud()
+        assert first_loud is not None and first_loud > question_done
+        assert "tomorrow" in loop.last_request.messages[-1].content.lower()
+
+
+async def test_speculative_reply_plays_when_the_turn_is_confirmed(vigil):
+    """A finished question, with the turn model asked late (3 s) so that the early decode is surely done: the
+    reply prepared during the silence is the one played (speculation: played), ended on the model's word."""
+    server = await vigil(voice={**VOICE, "turn_check_silence_ms": 3000, "turn_max_silence_ms": 30000})
+    async with VoiceCall(server.url) as call:
+        call.mic.say(silence(0.3))
+        call.mic.say(speech("Which planet is the largest in our solar system?"))
+        turn = await call.turn(1)
+        metrics = turn["metrics"]
+        assert metrics["end_of_turn"] == "model" and metrics["turn_score"] >= 0.5, metrics
+        assert {"planet", "largest"} <= _words(turn["final"]["text"])
+        assert turn["reply"].strip()
+        assert metrics["speculation"] == "played" and metrics["prefill"] == "reused", metrics
+        assert metrics["final_decode"] == "early", metrics  # no second decode of the same speech
+
+
+async def _speech_frames_within(track: ReplyAudioTrack, frames: int) -> float:
+    """Seconds from enqueueing speech on an idle track until ``frames`` of it have been taken."""
+    for _ in range(3):  # idle: silence in real time
+        await track.recv()
+    started = time.perf_counter()
+    track.enqueue(speech("Hello there, how are you today?"), turn=1)
+    for _ in range(frames):
+        await track.recv()
+    return time.perf_counter() - started
+
+
+async def test_reply_track_sends_the_first_speech_at_once_then_gives_the_lead_back():
+    """aiortc's receiver holds 4 packets before playing: the first speech after silence goes out back to back
+    (here 200 ms of it, 10 frames), so it is played sooner; paced in real time otherwise (burst 0)."""
+    burst, paced = ReplyAudioTrack(burst_ms=200), ReplyAudioTrack(burst_ms=0)
+    try:
+        assert await _speech_frames_within(paced, 10) >= 0.18  # real time: 10 frames take 200 ms
+        assert await _speech_frames_within(burst, 10) < 0.15
+        burst.flush()
+        for _ in range(60):  # silence: frames slower until the lead is given back
+            await burst.recv()
+        assert burst._lead == 0.0
+    finally:
+        burst.stop()
+        paced.stop()
+
+
+def test_trim_silence_cuts_the_lead_and_shortens_the_tail():
+    rate = 22050
+    pcm = np.concatenate([np.zeros(rate // 10, np.int16), np.full(rate // 2, 3000, np.int16),
+                          np.zeros(rate // 4, np.int16)])
+    trimmed = trim_silence(pcm, rate, lead=True, keep_tail_ms=100)
+    onset = rate // 10 - rate // 200
+    assert trimmed.size == rate // 2 + rate // 200 + rate // 10
+    assert np.array_equal(trimmed, pcm[onset:onset + trimmed.size])
+    assert np.array_equal(trim_silence(pcm, rate, lead=False, keep_tail_ms=None), pcm)
