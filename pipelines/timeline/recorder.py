@@ -187,7 +187,7 @@ class TimelineRecorder:
         if isinstance(message, Transcript) and message.final and message.text.strip():
             self._put(self._entry("transcript", "transcript", message.pts, text=message.text,
                                   data={"turn": message.turn}))
-        elif isinstance(message, Reply):
+        elif isinstance(message, Reply) and message.kind != "alert":  # an alert is stored once, by record_alert
             turn = self._replies.setdefault(message.turn, _Turn())
             if message.delta:
                 turn.text.append(message.delta)

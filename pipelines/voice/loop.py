@@ -254,7 +254,7 @@ class VoiceLoop:
         async def speak() -> None:
             self._send(Reply, turn=turn.number, delta=text, kind="alert")
             try:
-                await self._speak(turn, text)
+                self._play(turn, await self._synthesize(text, first=True, clause=False))
             finally:
                 self._send(Reply, turn=turn.number, done=True, kind="alert")
                 self._memory.append(ChatMessage("assistant", text))

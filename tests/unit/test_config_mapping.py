@@ -43,7 +43,9 @@ def _changed(value):
 def test_every_voice_value_set_in_the_config_arrives():
     defaults = VoiceSettings()
     overrides = {name: _changed(getattr(defaults, name)) for name in VoiceSettings.model_fields
-                 if name not in ("enabled", "echo_gating")}
+                 if name not in ("enabled", "echo_gating", "turn_detection")}
+    overrides["turn_detection"] = "silence"  # a Literal: the other choice than the default (smart-turn)
+    assert defaults.turn_detection != "silence"
     voice = load_settings(None, {"voice": {**overrides, "echo_gating": "on"}}).voice
     mapped = voice_loop_config(voice, "webrtc")
     for name, value in overrides.items():
