@@ -17,7 +17,7 @@ from pipelines.session import handle_client_message
 from server import __version__
 from server.errors import read_json_body
 from server.openapi import build_openapi
-from server.probes import Liveness, Readiness, livez, readyz
+from server.probes import Liveness, Readiness, has_valid_token, livez, readyz
 from server.routes import Route
 from server.sessions import OfferRejected, SessionRegistry, serialize
 from server.sources import (
@@ -91,10 +91,12 @@ class SourceList(BaseModel):
 
 
 class Health(BaseModel):
+    """Liveness; the details only with the token (or on a server without one)."""
+
     status: Literal["ok"] = "ok"
-    version: str
-    sessions: int
-    sources: int
+    version: str | None = None
+    sessions: int | None = None
+    sources: int | None = None
 
 
 def _json(model: BaseModel, status: int = 200) -> web.Response:
@@ -263,6 +265,8 @@ async def source_results(request: web.Request) -> web.WebSocketResponse:
 
 
 async def healthz(request: web.Request) -> web.Response:
+    if not has_valid_token(request):  # a liveness probe holds no secret, and learns nothing more
+        return web.json_response(text=Health().model_dump_json(exclude_none=True))
     return _json(Health(version=__version__, sessions=len(_sessions(request)), sources=len(_sources(request))))
 
 
@@ -309,8 +313,8 @@ ROUTES: tuple[Route, ...] = (
           SessionConfigPatch, SessionConfig, errors=(401, 404, 413, 415, 422)),
     Route("GET", "/api/sources/{source_id}/results", source_results,
           "WebSocket: the source's protocol messages (upgrade required)", status=101, errors=(401, 404)),
-    Route("GET", "/healthz", healthz, "Health: version, sessions and sources (token required)", response=Health,
-          errors=(401,)),
+    Route("GET", "/healthz", healthz, "Liveness probe (no token); with the token also version, sessions, sources",
+          response=Health),
     Route("GET", "/livez", livez, "Liveness probe (no token; reveals nothing)", response=Liveness),
     Route("GET", "/readyz", readyz, "Readiness probe (no token): 200 ready, 503 starting; per-model states only "
           "with the token", response=Readiness, errors=(503,)),

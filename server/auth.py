@@ -11,8 +11,8 @@ from server.errors import Handler
 
 # The dashboard's own files must load without a token: the page is what asks the user for it.
 PUBLIC_PREFIXES = ("/static/",)
-PUBLIC_PATHS = frozenset({"/", "/index.html", "/favicon.ico",
-                          "/livez", "/readyz"})  # probes: an orchestrator holds no secret (server/probes.py)
+# Probes too: an orchestrator holds no secret (server/probes.py); they reveal nothing without the token.
+PUBLIC_PATHS = frozenset({"/", "/index.html", "/favicon.ico", "/healthz", "/livez", "/readyz"})
 # The /v1 routes check API keys (or this token) in their own ingress (server/v1_ingress.py).
 DELEGATED_PREFIXES = ("/v1/",)
 

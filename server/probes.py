@@ -1,7 +1,7 @@
-"""Probes for orchestrators, answered without a token: ``/livez`` (the process serves HTTP; says nothing else)
-and ``/readyz`` (the configured models are loaded and start-up is over: 200, else 503). With the token,
-``/readyz`` also says which model is in which state; without it, only the verdict. ``/healthz`` (version,
-session and source counts) stays behind the token."""
+"""Probes for orchestrators, answered without a token: ``/healthz`` (liveness: the process serves HTTP; alias
+``/livez``) and ``/readyz`` (the configured models are loaded and start-up is over: 200, else 503). Without the
+token they say only that; with it, ``/healthz`` adds the version and the session and source counts and
+``/readyz`` which model is in which state."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def is_ready(app: web.Application, states: dict[str, ModelState]) -> bool:
     return startup is not None and startup.done and not preload_missing
 
 
-def _has_token(request: web.Request) -> bool:
+def has_valid_token(request: web.Request) -> bool:
     token = request.app[SETTINGS].auth.token
     given = presented_token(request)
     if token is None:
@@ -78,7 +78,7 @@ async def livez(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     states = model_states(request.app)
     ready = is_ready(request.app, states)
-    body = Readiness(status="ready" if ready else "starting", models=states if _has_token(request) else None)
+    body = Readiness(status="ready" if ready else "starting", models=states if has_valid_token(request) else None)
     return web.json_response(text=body.model_dump_json(exclude_none=True), status=200 if ready else 503)
 
 

@@ -103,14 +103,16 @@ async def test_paths_outside_the_media_root_are_refused(vigil, clip_dir: Path, t
 
 async def test_auth_token_is_required_everywhere_when_set(vigil):
     server = await vigil(auth={"token": "s3cret"})
-    for method, path in [("GET", "/api/sessions"), ("GET", "/healthz"), ("GET", "/metrics"),
+    for method, path in [("GET", "/api/sessions"), ("GET", "/metrics"),
                          ("GET", "/openapi.json"), ("POST", "/api/sources"), ("POST", "/offer")]:
         _assert_error(*await _request(method, server.url + path), 401, "unauthorized")
         status, body = await _request(method, server.url + path, headers={"Authorization": "Bearer wrong"})
         _assert_error(status, body, 401, "unauthorized")
         assert body["error"]["message"] == "wrong token"
-    status, _ = await _request("GET", f"{server.url}/healthz", headers={"Authorization": "Bearer s3cret"})
-    assert status == 200
+    # /healthz is the liveness probe (an orchestrator holds no secret): without the token it says only "ok"
+    assert await _request("GET", f"{server.url}/healthz") == (200, {"status": "ok"})
+    status, health = await _request("GET", f"{server.url}/healthz", headers={"Authorization": "Bearer s3cret"})
+    assert status == 200 and health["sessions"] == 0 and health["version"]
     status, _ = await _request("GET", f"{server.url}/api/sessions?token=s3cret")
     assert status == 200
     with pytest.raises(VigilError) as rejected:

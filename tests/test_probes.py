@@ -1,5 +1,5 @@
-"""Probes: /livez and /readyz answer an orchestrator without the token and reveal nothing without it; /readyz
-tells starting from ready and, with the token, which model is in which state."""
+"""Probes: /healthz (alias /livez) and /readyz answer an orchestrator without the token and reveal nothing
+without it; /readyz tells starting from ready and, with the token, which model is in which state."""
 
 from __future__ import annotations
 
@@ -31,8 +31,10 @@ async def test_probes_need_no_token_and_reveal_nothing_without_it(vigil):
     assert status == 200 and detailed["models"] == {
         "detector": "off", "voice": "off", "chat": "on_first_use", "transcription": "on_first_use",
         "speech": "on_first_use"}
-    status, _ = await _get(server.url + "/healthz")
-    assert status == 401  # the detailed health stays behind the token
+    assert await _get(server.url + "/healthz") == (200, {"status": "ok"})  # liveness; details need the token
+    assert await _get(server.url + "/healthz", token="wrong") == (200, {"status": "ok"})
+    status, health = await _get(server.url + "/healthz", token="s3cret")
+    assert status == 200 and set(health) == {"status", "version", "sessions", "sources"}
 
     model = server.settings.models.llm.model
     server.app[CHAT_API].use_llm_for_test(ScriptedLlmForTest(["Hello."], name=model))

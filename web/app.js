@@ -118,6 +118,9 @@ function askForToken(errorText) {
 async function checkServer() {
   try {
     const health = await api.request("/healthz");
+    // /healthz answers anyone (a liveness probe); its details only with the token: without them, the token is
+    // missing or wrong, and a protected route's 401 says which.
+    if (health.version === undefined) await api.request("/api/sessions");
     state.server = { reachable: true, version: health.version };
     state.auth.status = "ok";
     const plural = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
