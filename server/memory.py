@@ -1,11 +1,9 @@
-"""The memory's wiring: one index per app, fed by one tap on what sessions and sources publish, searched by
-``GET /api/search``, holding chat documents (``/api/collections/...``), and recalled by the voice loop.
-
-Switching the feed to the timeline store (issue 14) means changing ``_observe`` below (or calling
-``MemoryIndex.add`` from the timeline's writer) and nothing else."""
+"""The memory's wiring: one index per app, fed by what the timeline store commits (``TimelineFeed``), searched by
+``GET /api/search``, holding chat documents (``/api/collections/...``), and recalled by the voice loop."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import re
@@ -20,14 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from models.embeddings import TextEmbedder
 from pipelines.memory.documents import document_entries
 from pipelines.memory.entries import KINDS, TIMELINE_KINDS, SearchFilters, SearchHit
+from pipelines.memory.feed import TimelineFeed
 from pipelines.memory.index import MemoryIndex, SearchMode
 from pipelines.memory.recall import MemoryRecall
-from pipelines.memory.tap import SessionTap
 from pipelines.memory.vectors import MilvusVectors
 from pipelines.serving.chat import ChatInput
 from server.config import Settings
 from server.engines import ENGINES
 from server.errors import ApiError
+from server.events_api import TIMELINE
 from server.sessions import Analyzers
 from server.state import SETTINGS
 
@@ -53,7 +52,8 @@ def build_index(settings: Settings, embedder: Callable[[], TextEmbedder]) -> Mem
 
 
 def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers) -> MemoryIndex | None:
-    """Routes always (disabled: 503); with memory enabled, the tap, the voice recall and the chat collections."""
+    """Routes always (disabled: 503); with memory enabled, the timeline feed, the voice recall and the chat
+    collections. Call it after ``setup_events_api`` (it opens the timeline store)."""
     for route in memory_routes():
         app.router.add_route(route.method, route.path, route.handler)
     config = settings.memory
@@ -62,11 +62,6 @@ def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers)
     index = build_index(settings, app[ENGINES].embedder)
     app[MEMORY] = index
 
-    def observe(pipeline: Any) -> SessionTap:
-        return SessionTap(pipeline, index.add, event_names=config.event_names,
-                          scene_interval_s=config.scene_interval_s)
-
-    analyzers.observers.append(observe)
     if config.voice.enabled and analyzers.audio is not None:
         make_audio = analyzers.audio
         recall = MemoryRecall(index, max_entries=config.voice.max_entries, max_tokens=config.voice.max_tokens,
@@ -87,6 +82,13 @@ def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers)
 
     async def start(app: web.Application) -> None:
         index.start()
+        store = app.get(TIMELINE)
+        if store is None or not store.available:
+            why = "storage.enabled is false" if store is None else store.open_error
+            log.warning("memory: %s, so nothing sessions and sources see or hear is recorded to index; "
+                        "/api/search still searches documents", why)
+            return
+        store.add_listener(TimelineFeed(index.add, asyncio.get_running_loop(), event_names=config.event_names))
 
     async def close(app: web.Application) -> None:
         await index.close()

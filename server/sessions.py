@@ -47,8 +47,6 @@ class Analyzers:
     video: Callable[[], VideoAnalyzer] | None = None
     audio: Callable[[str], AudioAnalyzer] | None = None  # given the origin: webrtc, rtsp or file
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    # Each gets the new pipeline and returns a sink that sees every message it sends (e.g. the memory's tap).
-    observers: list[Callable[[SessionPipeline], Callable[[ServerMessage], None]]] = field(default_factory=list)
 
     async def close(self) -> None:
         for close in self.closers:
@@ -57,21 +55,11 @@ class Analyzers:
     def pipeline(self, settings: Settings, session_id: str, *, origin: str, clock: Clock, emit: Callable[..., None],
                  config: SessionConfig, timeline: TimelineSink | None = None) -> SessionPipeline:
         """A session pipeline with this process's analysers and the configured limits."""
-        sinks: list[Callable[[ServerMessage], None]] = []
-
-        def publish(message: ServerMessage) -> None:
-            emit(message)
-            for sink in sinks:
-                try:
-                    sink(message)
-                except Exception:  # an observer's bug must not end the session
-                    log.exception("observer of %s failed on a %s message", session_id, message.type)
-
-        pipeline = SessionPipeline(
+        return SessionPipeline(
             session_id,
             origin=origin,
             clock=clock,
-            emit=publish if self.observers else emit,
+            emit=emit,
             config=config,
             server_version=__version__,
             video_analyzer=self.video() if self.video else None,
@@ -80,8 +68,6 @@ class Analyzers:
             audio_queue_frames=settings.sessions.audio_queue_frames,
             timeline=timeline,
         )
-        sinks.extend(observe(pipeline) for observe in self.observers)
-        return pipeline
 
 
 class OfferRejected(Exception):

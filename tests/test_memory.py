@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from pipelines.memory.entries import MemoryEntry
+from server.events_api import TIMELINE
 from server.memory import MEMORY
 from tests.support.audio import silence, speech
 from tests.support.media import sliding_person
@@ -24,6 +25,12 @@ SENTENCE = "The red bicycle is locked next to the bakery."
 
 def _memory(tmp_path: Path, **extra: Any) -> dict[str, Any]:
     return {"enabled": True, "data_dir": str(tmp_path / "memory"), **extra}
+
+
+async def _indexed(server: Any) -> None:
+    """Wait until what the timeline was given is committed (its listener feeds memory), then indexed."""
+    assert await asyncio.to_thread(server.app[TIMELINE].flush, 60.0)
+    await server.app[MEMORY].flush()
 
 
 async def _search(http: aiohttp.ClientSession, url: str, **params: Any) -> tuple[int, dict[str, Any]]:
@@ -41,7 +48,7 @@ async def test_spoken_sentence_is_searchable_and_the_voice_loop_recalls_it(vigil
         first = await call.turn(1)
         assert "bicycle" in first["final"]["text"].lower(), first["final"]
         assert "memory_retrieval_ms" not in first["metrics"], first["metrics"]  # a statement, not a question
-        await server.app[MEMORY].flush()
+        await _indexed(server)
         async with aiohttp.ClientSession() as http:
             status, found = await _search(http, server.url, q="where is the bicycle")
             assert status == 200, found
@@ -87,7 +94,7 @@ async def test_zone_event_is_found_by_its_zone_and_survives_a_restart(vigil, tmp
                 if (await response.json())["state"] == "ended":
                     break
             await asyncio.sleep(0.1)
-        await server.app[MEMORY].flush()
+        await _indexed(server)
         status, found = await _search(http, server.url, q="who went into the loading dock", kind="event")
         assert status == 200, found
         top = found["results"][0]
@@ -102,6 +109,44 @@ async def test_zone_event_is_found_by_its_zone_and_survives_a_restart(vigil, tmp
         status, vector = await _search(http, restarted.url, q="someone walked into the dock area", mode="vector",
                                        kind="event")
         assert any("loading dock" in r["text"] for r in vector["results"]), vector
+
+
+async def test_memory_indexes_what_the_timeline_commits(vigil, tmp_path: Path):
+    """'object appeared' events exist only in the timeline (the recorder raises them from storage.appear): memory
+    finds one, linked to its stored timeline entry and clip."""
+    sliding_person(tmp_path / "slide.mp4", seconds=4.0, fps=10)
+    server = await vigil(memory=_memory(tmp_path), sources={"media_root": str(tmp_path)}, video={"target_fps": 5},
+                         models={"detector": {"backend": "yolo"}}, storage={"appear": [{"label": "person"}]})
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{server.url}/api/sources", json={"path": "slide.mp4", "realtime": False}) as response:
+            source = await response.json()
+            assert response.status == 201, source
+        for _ in range(300):
+            async with http.get(f"{server.url}/api/sources/{source['id']}") as response:
+                if (await response.json())["state"] == "ended":
+                    break
+            await asyncio.sleep(0.1)
+        await _indexed(server)
+        status, found = await _search(http, server.url, q="a person appeared", kind="event")
+        assert status == 200, found
+        appeared = [r for r in found["results"] if r["meta"].get("event") == "object.appeared"]
+        assert appeared and appeared[0]["source"] == source["id"] and appeared[0]["labels"] == ["person"], found
+        async with http.get(f"{server.url}/api/events/{appeared[0]['event_id']}") as response:
+            stored = await response.json()
+            assert response.status == 200 and stored["name"] == "object.appeared", stored
+        assert appeared[0]["clip_id"] == stored["id"]
+
+
+async def test_memory_without_storage_says_so_and_still_searches_documents(vigil, tmp_path: Path, caplog):
+    with caplog.at_level("WARNING", logger="server.memory"):
+        server = await vigil(memory=_memory(tmp_path), storage={"enabled": False})
+    assert "nothing sessions and sources see or hear is recorded to index" in caplog.text
+    async with aiohttp.ClientSession() as http:
+        body = {"name": "gate", "text": "The side gate code is 4711.", "format": "text"}
+        async with http.post(f"{server.url}/api/collections/site/documents", json=body) as response:
+            assert response.status == 201, await response.text()
+        status, found = await _search(http, server.url, q="gate code", kind="document")
+        assert status == 200 and "4711" in found["results"][0]["text"], found
 
 
 async def test_index_survives_restart_and_reembeds_entries_without_vectors(vigil, tmp_path: Path):

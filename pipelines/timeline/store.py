@@ -107,6 +107,9 @@ class _MediaUpdate:
 
 
 FailureCallback = Callable[[str], None]
+# Called on the writer thread with the entries of each batch once it is committed (e.g. the memory's feed): it
+# must not block and must hop to its own loop for anything that is not thread-safe.
+CommitListener = Callable[[list["TimelineEntry"]], None]
 
 
 class _Retention:
@@ -151,6 +154,7 @@ class TimelineStore:
         self._retention_lock = threading.Lock()
         self._idle = threading.Condition()
         self._pending = 0
+        self._listeners: list[CommitListener] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -201,6 +205,10 @@ class TimelineStore:
         """Wait until everything queued so far is committed (tests, shutdown)."""
         with self._idle:
             return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+    def add_listener(self, listener: CommitListener) -> None:
+        """Hear of every entry committed from now on (a list append is atomic: safe beside the writer thread)."""
+        self._listeners.append(listener)
 
     # ------------------------------------------------------------------ writes (never block)
 
@@ -287,6 +295,12 @@ class TimelineStore:
                     item.on_committed()
                 except Exception:
                     log.exception("timeline commit callback failed")
+        committed = [item for item, _ in batch if isinstance(item, TimelineEntry)]
+        for listener in self._listeners if committed else ():
+            try:
+                listener(committed)
+            except Exception:  # a listener's bug must not stop the writer
+                log.exception("timeline commit listener failed")
 
     def _insert(self, e: TimelineEntry) -> None:
         assert self._conn is not None

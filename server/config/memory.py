@@ -29,7 +29,8 @@ class DocumentSettings(Section):
 
 
 class MemorySettings(Section):
-    enabled: bool = Field(True, description="Index transcripts, replies, events and scene summaries for search.")
+    enabled: bool = Field(True, description="Index what the timeline records (transcripts, replies, events, alerts, "
+                          "scene summaries when they changed) for search; needs storage.enabled.")
     data_dir: Path = Field(Path("data/memory"), description="The entry store (SQLite, FTS5) and, with no uri, the "
                            "embedded Milvus Lite vector index.")
     uri: str | None = Field(
@@ -42,8 +43,6 @@ class MemorySettings(Section):
     queue_max: int = Field(10_000, ge=1, description="Entries waiting to be embedded; beyond it new ones are "
                            "refused and counted (vigil_memory_dropped_total).")
     batch_max: int = Field(64, ge=1, description="Entries embedded and written together.")
-    scene_interval_s: float = Field(30.0, gt=0, description="A scene summary is indexed at most this often per "
-                                    "session or source (and only when the scene changed).")
     event_names: list[str] = Field(
         default_factory=lambda: ["zone.*", "line.*", "object.*", "alert*"],
         description="Event names (shell patterns) that are indexed; config, barge_in, source.state are not.",
