@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
@@ -16,6 +17,8 @@ from pipelines.memory.entries import MemoryEntry
 from pipelines.timeline.store import TimelineEntry
 
 log = logging.getLogger(__name__)
+
+SCENE_SOURCES_MAX = 4096  # sources whose last scene is remembered (to skip unchanged ones)
 
 
 def describe_event(name: str, data: dict[str, Any]) -> str:
@@ -82,7 +85,8 @@ class TimelineFeed:
                  event_names: Sequence[str]) -> None:
         self._add, self._loop = add, loop
         self._event_names = tuple(event_names)
-        self._last_scene: dict[str, str] = {}  # source -> last scene text indexed (writer thread only)
+        # source -> last scene text indexed (writer thread only); bounded: sessions come and go for months
+        self._last_scene: OrderedDict[str, str] = OrderedDict()
 
     def __call__(self, committed: list[TimelineEntry]) -> None:
         entries = [memory_entry(e) for e in committed if self._wanted(e)]
@@ -99,4 +103,7 @@ class TimelineFeed:
         if self._last_scene.get(entry.source) == entry.text:
             return False
         self._last_scene[entry.source] = entry.text
+        self._last_scene.move_to_end(entry.source)
+        while len(self._last_scene) > SCENE_SOURCES_MAX:
+            self._last_scene.popitem(last=False)
         return True
