@@ -12,8 +12,9 @@ located with Vigil's own helpers (``models/`` imports only the standard library 
   the voice already is, so pipecat's Piper service never downloads).
 
 Prints one JSON line per event on stdout for the bench: ``{"ready": url}`` once listening,
-``{"connected": pc_id}`` when a connection's pipeline listens, and ``{"user_turn": text}`` each time the LLM is
-run on a user turn (the bench counts false cut-offs with it).
+``{"connected": pc_id}`` when a connection's pipeline listens, ``{"user_turn": text}`` each time the LLM is
+run on a user turn (the bench counts false cut-offs with it), ``{"reply": text}`` for each LLM answer, and
+``{"metric": name, "value": ms}`` for pipecat's own service timings (shown beside the heard figures).
 """
 
 from __future__ import annotations
@@ -32,7 +33,15 @@ import aioice.ice  # noqa: E402
 from aiohttp import web  # noqa: E402
 from loguru import logger  # noqa: E402
 from pipecat.audio.vad.silero import SileroVADAnalyzer  # noqa: E402
-from pipecat.frames.frames import Frame, LLMContextFrame  # noqa: E402
+from pipecat.frames.frames import (  # noqa: E402
+    Frame,
+    LLMContextFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+    MetricsFrame,
+)
+from pipecat.metrics.metrics import ProcessingMetricsData, TTFBMetricsData  # noqa: E402
 from pipecat.pipeline.pipeline import Pipeline  # noqa: E402
 from pipecat.pipeline.task import PipelineParams  # noqa: E402
 from pipecat.pipeline.worker import PipelineWorker  # noqa: E402
@@ -69,6 +78,37 @@ class UserTurnReporter(FrameProcessor):
             if users:
                 content = users[-1].get("content")
                 emit(user_turn=content if isinstance(content, str) else json.dumps(content))
+        await self.push_frame(frame, direction)
+
+
+class ReplyReporter(FrameProcessor):
+    """Between the LLM and TTS: reports each whole reply text (the bench shows it beside the timings)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._text: list[str] = []
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, LLMFullResponseStartFrame):
+            self._text = []
+        elif isinstance(frame, LLMTextFrame):
+            self._text.append(frame.text)
+        elif isinstance(frame, LLMFullResponseEndFrame):
+            emit(reply="".join(self._text))
+        await self.push_frame(frame, direction)
+
+
+class MetricsReporter(FrameProcessor):
+    """At the pipeline's end: reports pipecat's own per-service timings (TTFB, processing) for the bench."""
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, MetricsFrame):
+            for data in frame.data:
+                kind = {TTFBMetricsData: "ttfb", ProcessingMetricsData: "processing"}.get(type(data))
+                if kind is not None and data.value:
+                    emit(metric=f"{data.processor.split('#')[0]}.{kind}_ms", value=round(data.value * 1000, 1))
         await self.push_frame(frame, direction)
 
 
@@ -115,7 +155,8 @@ class Bot:
             context, user_params=LLMUserAggregatorParams(vad_analyzer=SileroVADAnalyzer())
         )
         pipeline = Pipeline([
-            transport.input(), stt, user, UserTurnReporter(), llm, tts, transport.output(), assistant,
+            transport.input(), stt, user, UserTurnReporter(), llm, ReplyReporter(), tts, transport.output(), assistant,
+            MetricsReporter(),
         ])
         worker = PipelineWorker(pipeline, params=PipelineParams(enable_metrics=True))
 

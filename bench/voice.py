@@ -256,6 +256,7 @@ class Turn:
     heard_ms: float | None = None  # None: no reply heard
     cut_off: bool = False
     answered: list[str] = field(default_factory=list)  # the user text(s) the server answered
+    replies: list[str] = field(default_factory=list)  # what it said
     metrics: list[dict[str, Any]] = field(default_factory=list)  # Vigil's per-turn metrics
 
 
@@ -279,6 +280,9 @@ class Peer:
     def metrics_since(self, started: float) -> list[dict[str, Any]]:
         return []
 
+    def replies_since(self, started: float) -> list[str]:
+        return []
+
     def _track(self, track: Any) -> None:
         if track.kind == "audio":
             self.recorder = Recorder(track)
@@ -297,25 +301,42 @@ class Peer:
     def last_loud(self, since: float) -> float | None:
         return self.loud[-1] if self.loud and self.loud[-1] >= since else None
 
+    def settled(self, started: float) -> bool:
+        """The server has said all it will about the turn (Vigil: its metrics, sent when the reply drained)."""
+        return True
+
+    async def quiet(self, seconds: float, since: float, limit: float, not_before: float = 0.0) -> None:
+        """Wait until no loud reply audio (after ``since``) came for ``seconds``, counting from ``not_before`` at
+        the earliest; at most ``limit`` seconds from now."""
+        deadline = time.perf_counter() + limit
+        while time.perf_counter() < deadline:
+            last = max(self.last_loud(since) or since, not_before)
+            if time.perf_counter() - last > seconds:
+                return
+            await asyncio.sleep(0.05)
+
     async def ask(self, text: str, pcm: np.ndarray, paused: bool) -> Turn:
+        await self.quiet(1.0, 0.0, 90)  # nothing left of an earlier reply
         self.mic.say(silence(0.3))
         started = time.perf_counter()
         self.mic.say(pcm)
         await asyncio.wait_for(self.mic.spoken.wait(), 60)
         ended = self.mic.last_sample_at
-        deadline = ended + 20.0
-        while time.perf_counter() < deadline:  # the reply (or replies) played out: 1.5 s quiet after it
-            last = self.last_loud(started)
-            if last is not None and time.perf_counter() - last > 1.5:
-                break
+        while self.first_loud(started) is None and time.perf_counter() < ended + 30:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)  # the server's closing messages for the turn
+        # The whole reply; 4 s after the question at least, so that a second reply (to the second half of a
+        # question cut in two) is not taken for the next question's.
+        await self.quiet(2.0, started, 120, not_before=ended + 4.0)
+        deadline = time.perf_counter() + 10
+        while not self.settled(started) and time.perf_counter() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
         turn = Turn(self.name, text, paused)
         first = self.first_loud(started)
         if first is not None:
             turn.heard_ms = (first - ended) * 1000
         turn.answered = self.answered_since(started)
         turn.metrics = self.metrics_since(started)
+        turn.replies = self.replies_since(started)
         reply_too_early = first is not None and first < ended
         half_answered = bool(turn.answered) and SECOND_HALF_WORD not in turn.answered[0].lower()
         turn.cut_off = reply_too_early or (paused and half_answered)
@@ -343,6 +364,16 @@ class VigilPeer(Peer):
 
     def metrics_since(self, started: float) -> list[dict[str, Any]]:
         return [m["turn"] for t, m in self.messages if t >= started and m.get("type") == "metrics" and m.get("turn")]
+
+    def settled(self, started: float) -> bool:
+        return bool(self.metrics_since(started))
+
+    def replies_since(self, started: float) -> list[str]:
+        texts: dict[int, str] = {}
+        for t, m in self.messages:
+            if t >= started and m.get("type") == "reply" and m.get("delta"):
+                texts[m["turn"]] = texts.get(m["turn"], "") + m["delta"]
+        return list(texts.values())
 
     async def close(self) -> None:
         if self.recorder is not None:
@@ -378,6 +409,17 @@ class PipecatPeer(Peer):
 
     def answered_since(self, started: float) -> list[str]:
         return [str(text) for text in self.bot.since("user_turn", started)]
+
+    def replies_since(self, started: float) -> list[str]:
+        return [str(text) for text in self.bot.since("reply", started)]
+
+    def metrics_since(self, started: float) -> list[dict[str, Any]]:
+        """pipecat's service timings of the turn, first value of each name (the first reply's)."""
+        first: dict[str, Any] = {}
+        for t, event in self.bot.events:
+            if t >= started and "metric" in event:
+                first.setdefault(event["metric"], event["value"])
+        return [first] if first else []
 
     async def close(self) -> None:
         if self.recorder is not None:
@@ -426,8 +468,9 @@ def show(turn: Turn, index: int) -> None:
     server_v2v = [m.get("voice_to_voice_ms") for m in turn.metrics[:1]]
     extra = f"  (server v2v {server_v2v[0]:.0f})" if server_v2v and server_v2v[0] is not None else ""
     flag = "  CUT-OFF" if turn.cut_off else ""
-    print(f"  {index:3d} {turn.server:8} {heard}{extra}{flag}  {turn.question!r} -> answered {turn.answered}",
-          flush=True)
+    said = " | ".join(turn.replies)
+    print(f"  {index:3d} {turn.server:8} {heard}{extra}{flag}  {turn.question!r} -> heard as {turn.answered}, "
+          f"replied {said[:90]!r}", flush=True)
 
 
 def summary(values: list[float]) -> tuple[float, float, float]:
@@ -462,8 +505,31 @@ def report(turns: list[Turn], vigil_root: Path) -> None:
             cells.append(f"{name} {statistics.median(values):6.0f} (n={len(values)})" if values else f"{name}   none")
         print(f"  {question[:48]:48}  " + "   ".join(cells))
 
-    print("\n== Vigil's own stage breakdown (its per-turn metrics messages; first metrics of each question)")
-    firsts = [t.metrics[0] for t in main if t.server == "vigil" and t.metrics]
+    print("\n== Vigil's own stage breakdown (its per-turn metrics messages; the first reply of each question)")
+    breakdown([t.metrics[0] for t in main if t.server == "vigil" and t.metrics])
+    gaps = [t.heard_ms - t.metrics[0]["voice_to_voice_ms"] for t in main
+            if t.server == "vigil" and t.heard_ms is not None and t.metrics
+            and t.metrics[0].get("voice_to_voice_ms") is not None]
+    if gaps:
+        median, p95, mean = summary(gaps)
+        print(f"  {'heard - server voice_to_voice_ms':34} median {median:7.0f}  p95 {p95:7.0f}  mean {mean:7.0f}"
+              f"   n={len(gaps)}  (transport + client jitter buffer + the end-of-speech estimate)")
+    print("\n== pipecat's own service timings (its metrics frames; the first of each name per question)")
+    breakdown([t.metrics[0] for t in main if t.server == "pipecat" and t.metrics])
+
+    paused = [t for t in turns if t.paused]
+    if paused:
+        print(f"\n== paused question ({PAUSE_S * 1000:.0f} ms pause): {' ... '.join(PAUSED)!r}")
+        for name in ("vigil", "pipecat"):
+            mine = [t for t in paused if t.server == name]
+            cut = sum(t.cut_off for t in mine)
+            values = [t.heard_ms for t in mine if t.heard_ms is not None and not t.cut_off]
+            tail = f"; heard v2v median {statistics.median(values):.0f} ms when whole" if values else ""
+            print(f"  {name:10} false cut-offs {cut}/{len(mine)} (goal 0){tail}")
+
+
+def breakdown(firsts: list[dict[str, Any]]) -> None:
+    """Every numeric field (median, p95, mean) and every label (counts), whatever the server sends."""
     numeric: dict[str, list[float]] = {}
     labels: dict[str, Counter[str]] = {}
     for metrics in firsts:
@@ -479,23 +545,6 @@ def report(turns: list[Turn], vigil_root: Path) -> None:
         print(f"  {key:34} median {median:7.0f}  p95 {p95:7.0f}  mean {mean:7.0f}   n={len(values)}")
     for key, counts in labels.items():
         print(f"  {key:34} " + ", ".join(f"{label} {n}" for label, n in counts.most_common()))
-    gaps = [t.heard_ms - t.metrics[0]["voice_to_voice_ms"] for t in main
-            if t.server == "vigil" and t.heard_ms is not None and t.metrics
-            and t.metrics[0].get("voice_to_voice_ms") is not None]
-    if gaps:
-        median, p95, mean = summary(gaps)
-        print(f"  {'heard - server voice_to_voice_ms':34} median {median:7.0f}  p95 {p95:7.0f}  mean {mean:7.0f}"
-              f"   n={len(gaps)}  (transport + client jitter buffer + the end-of-speech estimate)")
-
-    paused = [t for t in turns if t.paused]
-    if paused:
-        print(f"\n== paused question ({PAUSE_S * 1000:.0f} ms pause): {' ... '.join(PAUSED)!r}")
-        for name in ("vigil", "pipecat"):
-            mine = [t for t in paused if t.server == name]
-            cut = sum(t.cut_off for t in mine)
-            values = [t.heard_ms for t in mine if t.heard_ms is not None and not t.cut_off]
-            tail = f"; heard v2v median {statistics.median(values):.0f} ms when whole" if values else ""
-            print(f"  {name:10} false cut-offs {cut}/{len(mine)} (goal 0){tail}")
 
 
 def flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -552,15 +601,31 @@ async def run(args: argparse.Namespace, pipecat_python: Path) -> None:
     print(f"\ntotal wall time {time.perf_counter() - started:.0f} s")
 
 
+def export_commit(root: Path, rev: str) -> Path:
+    """``rev`` of the checkout at ``root``, as files under .cache/ (so uncommitted edits there stay out)."""
+    sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", rev], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    target = REPO / ".cache" / f"vigil-{sha}"
+    if not (target / "server").is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(root), "archive", sha], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
+
+
 def git_head(root: Path) -> str:
     result = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h %s"], capture_output=True, text=True)
-    return result.stdout.strip()[:72] or "not a git checkout"
+    head = result.stdout.strip()[:72] or "not a git checkout"
+    changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                             capture_output=True, text=True).stdout.strip()
+    return head + (" + uncommitted changes" if changed else "")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setup", action="store_true", help="only create the pipecat venv, then exit")
     parser.add_argument("--vigil-root", type=Path, default=REPO, help="the Vigil checkout to serve (default: this)")
+    parser.add_argument("--vigil-rev", help="serve this commit of --vigil-root (exported to .cache/), not its files")
     parser.add_argument("--turns", type=int, default=10, help="questions per server (alternating)")
     parser.add_argument("--paused", type=int, default=3, help="paused questions per server (0: none)")
     parser.add_argument("--turns-per-connection", type=int, default=6,
@@ -572,6 +637,8 @@ def main() -> None:
     python = ensure_pipecat_venv()
     if args.setup:
         return
+    if args.vigil_rev:
+        args.vigil_root = export_commit(args.vigil_root.resolve(), args.vigil_rev)
     if not args.no_sandbox and not only_loopback() and not os.environ.get(SANDBOX_ENV):
         reexec_offline()
     asyncio.run(run(args, python))
