@@ -13,7 +13,8 @@ located with Vigil's own helpers (``models/`` imports only the standard library 
 
 Prints one JSON line per event on stdout for the bench: ``{"ready": url}`` once listening,
 ``{"connected": pc_id}`` when a connection's pipeline listens, ``{"user_turn": text}`` each time the LLM is
-run on a user turn (the bench counts false cut-offs with it), ``{"reply": text}`` for each LLM answer, and
+run on a user turn, ``{"speaking_to": text}`` when a reply becomes audible (the user text it answers; the bench
+counts false cut-offs with it), ``{"reply": text}`` for each LLM answer, and
 ``{"metric": name, "value": ms}`` for pipecat's own service timings (shown beside the heard figures).
 """
 
@@ -34,6 +35,7 @@ from aiohttp import web  # noqa: E402
 from loguru import logger  # noqa: E402
 from pipecat.audio.vad.silero import SileroVADAnalyzer  # noqa: E402
 from pipecat.frames.frames import (  # noqa: E402
+    BotStartedSpeakingFrame,
     Frame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
@@ -71,13 +73,32 @@ def emit(**event: object) -> None:
 class UserTurnReporter(FrameProcessor):
     """Between the user aggregator and the LLM: reports the user text each LLM run answers."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = ""
+
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, LLMContextFrame):
             users = [m for m in frame.context.get_messages() if m.get("role") == "user"]
             if users:
                 content = users[-1].get("content")
-                emit(user_turn=content if isinstance(content, str) else json.dumps(content))
+                self.last = content if isinstance(content, str) else json.dumps(content)
+                emit(user_turn=self.last)
+        await self.push_frame(frame, direction)
+
+
+class SpeakingReporter(FrameProcessor):
+    """After the output transport: reports each reply that became audible, with the user text it answers."""
+
+    def __init__(self, turns: UserTurnReporter) -> None:
+        super().__init__()
+        self.turns = turns
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, BotStartedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
+            emit(speaking_to=self.turns.last)
         await self.push_frame(frame, direction)
 
 
@@ -154,9 +175,10 @@ class Bot:
         user, assistant = LLMContextAggregatorPair(
             context, user_params=LLMUserAggregatorParams(vad_analyzer=SileroVADAnalyzer())
         )
+        turns = UserTurnReporter()
         pipeline = Pipeline([
-            transport.input(), stt, user, UserTurnReporter(), llm, ReplyReporter(), tts, transport.output(), assistant,
-            MetricsReporter(),
+            transport.input(), stt, user, turns, llm, ReplyReporter(), tts, transport.output(),
+            SpeakingReporter(turns), assistant, MetricsReporter(),
         ])
         worker = PipelineWorker(pipeline, params=PipelineParams(enable_metrics=True))
 

@@ -13,6 +13,7 @@ beside its heard figures.
     python -m bench.voice --setup          # once, online: the pipecat venv (pip)
     make bench BENCH=voice                 # offline sandbox, like the tests
     python -m bench.voice --vigil-root /work/wt/voice --turns 12
+    python -m bench.voice --vigil-root /work/main --vigil-root /work/wt/voice@voice   # two Vigils, one run
 
 Without ``--no-sandbox`` the bench creates the venv if needed, then re-executes itself in a private network
 namespace with only loopback (``unshare -n``), so nothing it runs can download anything.
@@ -134,7 +135,8 @@ def reexec_offline() -> None:
 
 
 class VigilServer:
-    """``vigil serve`` from ``root`` (cwd and PYTHONPATH), default config but for loopback-only ICE."""
+    """``vigil serve`` from ``root`` (cwd and PYTHONPATH), default config but for loopback-only ICE (and free
+    ports, so that several can run side by side)."""
 
     def __init__(self, root: Path, log: Path) -> None:
         self.root, self.log = root, log
@@ -149,7 +151,7 @@ class VigilServer:
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "server.cli", "serve", "--config", str(config),
-                 "--host", "127.0.0.1", "--port", str(self.port)],
+                 "--host", "127.0.0.1", "--port", str(self.port), "--grpc-port", str(free_port())],
                 cwd=self.root, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + 180
@@ -257,6 +259,8 @@ class Turn:
     cut_off: bool = False
     answered: list[str] = field(default_factory=list)  # the user text(s) the server answered
     replies: list[str] = field(default_factory=list)  # what it said
+    heard_replies_to: list[str] = field(default_factory=list)  # the user text each audible reply answered
+    turn_cut: bool = False  # the server ended the user's turn after the first half (heard or not)
     metrics: list[dict[str, Any]] = field(default_factory=list)  # Vigil's per-turn metrics
 
 
@@ -281,6 +285,9 @@ class Peer:
         return []
 
     def replies_since(self, started: float) -> list[str]:
+        return []
+
+    def heard_replies_to(self, started: float) -> list[str]:
         return []
 
     def _track(self, track: Any) -> None:
@@ -337,18 +344,21 @@ class Peer:
         turn.answered = self.answered_since(started)
         turn.metrics = self.metrics_since(started)
         turn.replies = self.replies_since(started)
+        turn.heard_replies_to = self.heard_replies_to(started)
+        turn.turn_cut = bool(turn.answered) and SECOND_HALF_WORD not in turn.answered[0].lower()
+        # A false cut-off is what the user hears: reply audio before the question ended, or a reply to the first
+        # half (an LLM run on the first half that was interrupted unheard does not count; turn_cut shows it).
         reply_too_early = first is not None and first < ended
-        half_answered = bool(turn.answered) and SECOND_HALF_WORD not in turn.answered[0].lower()
-        turn.cut_off = reply_too_early or (paused and half_answered)
+        heard = turn.heard_replies_to
+        turn.cut_off = reply_too_early or (paused and (
+            len(heard) > 1 or (bool(heard) and SECOND_HALF_WORD not in heard[0].lower())))
         return turn
 
 
 class VigilPeer(Peer):
-    name = "vigil"
-
-    def __init__(self, url: str) -> None:
+    def __init__(self, name: str, url: str) -> None:
         super().__init__()
-        self.url = url
+        self.name, self.url = name, url
         self.messages: list[tuple[float, dict[str, Any]]] = []
 
     async def connect(self) -> None:
@@ -367,6 +377,12 @@ class VigilPeer(Peer):
 
     def settled(self, started: float) -> bool:
         return bool(self.metrics_since(started))
+
+    def heard_replies_to(self, started: float) -> list[str]:
+        """Turns whose reply audio went out (voice_to_voice_ms in their metrics), as the final transcripts."""
+        finals = {m["turn"]: m["text"] for t, m in self.messages
+                  if t >= started and m.get("type") == "transcript" and m["final"]}
+        return [finals.get(m["turn"], "") for m in self.metrics_since(started) if m.get("voice_to_voice_ms")]
 
     def replies_since(self, started: float) -> list[str]:
         texts: dict[int, str] = {}
@@ -413,6 +429,9 @@ class PipecatPeer(Peer):
     def replies_since(self, started: float) -> list[str]:
         return [str(text) for text in self.bot.since("reply", started)]
 
+    def heard_replies_to(self, started: float) -> list[str]:
+        return [str(text) for text in self.bot.since("speaking_to", started)]
+
     def metrics_since(self, started: float) -> list[dict[str, Any]]:
         """pipecat's service timings of the turn, first value of each name (the first reply's)."""
         first: dict[str, Any] = {}
@@ -454,13 +473,16 @@ class Session:
             self.peer = None
 
 
-def order(pairs: int) -> list[tuple[int, str]]:
-    """(pair index, server) as V, P, P, V, V, P, ... so neither server always goes first."""
+def order(pairs: int, names: list[str]) -> list[tuple[int, str]]:
+    """(pair index, server): the servers in turn, reversed every other round (V, P, P, V, ...), so none of
+    them always goes first."""
     out = []
     for k in range(pairs):
-        first, second = ("vigil", "pipecat") if k % 2 == 0 else ("pipecat", "vigil")
-        out += [(k, first), (k, second)]
+        out += [(k, name) for name in (names if k % 2 == 0 else names[::-1])]
     return out
+
+
+WIDTH = 14  # the server column; widened to the longest name by run()
 
 
 def show(turn: Turn, index: int) -> None:
@@ -469,63 +491,78 @@ def show(turn: Turn, index: int) -> None:
     extra = f"  (server v2v {server_v2v[0]:.0f})" if server_v2v and server_v2v[0] is not None else ""
     flag = "  CUT-OFF" if turn.cut_off else ""
     said = " | ".join(turn.replies)
-    print(f"  {index:3d} {turn.server:8} {heard}{extra}{flag}  {turn.question!r} -> heard as {turn.answered}, "
-          f"replied {said[:90]!r}", flush=True)
+    print(f"  {index:3d} {turn.server:{WIDTH}} {heard}{extra}{flag}  {turn.question!r} -> heard as {turn.answered}, "
+          f"audible replies to {turn.heard_replies_to}, replied {said[:90]!r}", flush=True)
 
 
 def summary(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), percentile(values, 0.95), statistics.mean(values)
 
 
-def report(turns: list[Turn], vigil_root: Path) -> None:
+def report(turns: list[Turn], vigils: dict[str, str]) -> None:
+    """``vigils``: server name -> where its code came from."""
+    names = [*vigils, "pipecat"]
     main = [t for t in turns if not t.paused]
-    heard = {name: [t.heard_ms for t in main if t.server == name and t.heard_ms is not None]
-             for name in ("vigil", "pipecat")}
-    print(f"\n== heard voice-to-voice (client-side; Vigil from {vigil_root})")
-    print(f"  {'server':10} {'turns':>5} {'median':>8} {'p95':>8} {'mean':>8}   (ms)")
+    heard = {name: [t.heard_ms for t in main if t.server == name and t.heard_ms is not None] for name in names}
+    print("\n== heard voice-to-voice (at the client: first reply sample > -40 dBFS - last question sample played)")
+    for name, source in vigils.items():
+        print(f"  {name}: {source}")
+    print(f"  {'server':{WIDTH}} {'turns':>5} {'median':>8} {'p95':>8} {'mean':>8}   (ms)")
     for name, values in heard.items():
         missing = sum(1 for t in main if t.server == name and t.heard_ms is None)
         if values:
             median, p95, mean = summary(values)
             note = f"   {missing} turn(s) without a reply" if missing else ""
-            print(f"  {name:10} {len(values):5d} {median:8.0f} {p95:8.0f} {mean:8.0f}{note}")
+            print(f"  {name:{WIDTH}} {len(values):5d} {median:8.0f} {p95:8.0f} {mean:8.0f}{note}")
         else:
-            print(f"  {name:10} no reply heard in {missing} turns")
-    if heard["vigil"] and heard["pipecat"]:
-        (vm, vp, _), (pm, pp, _) = summary(heard["vigil"]), summary(heard["pipecat"])
-        print(f"  Vigil / pipecat: median {vm / pm:.2f}, p95 {vp / pp:.2f}")
-        print(f"  goal Vigil median <= 0.5 x pipecat: {'met' if vm <= 0.5 * pm else 'NOT met'} "
-              f"({vm:.0f} vs {0.5 * pm:.0f} ms); p95: {'met' if vp <= 0.5 * pp else 'NOT met'}")
+            print(f"  {name:{WIDTH}} no reply heard in {missing} turns")
+    if heard["pipecat"]:
+        pm, pp, _ = summary(heard["pipecat"])
+        for name in vigils:
+            if heard[name]:
+                vm, vp, _ = summary(heard[name])
+                print(f"  {name} / pipecat: median {vm / pm:.2f}, p95 {vp / pp:.2f};  goal median <= 0.5 x pipecat: "
+                      f"{'met' if vm <= 0.5 * pm else 'NOT met'} ({vm:.0f} vs {0.5 * pm:.0f} ms), "
+                      f"p95: {'met' if vp <= 0.5 * pp else 'NOT met'} ({vp:.0f} vs {0.5 * pp:.0f} ms)")
+    first, *others = vigils
+    for name in others:
+        if heard[first] and heard[name]:
+            (am, ap, _), (bm, bp, _) = summary(heard[name]), summary(heard[first])
+            print(f"  {name} / {first}: median {am / bm:.2f}, p95 {ap / bp:.2f}")
 
     print("\n== per question, median heard (ms)")
     for question in dict.fromkeys(t.question for t in main):
         cells = []
-        for name in ("vigil", "pipecat"):
+        for name in names:
             values = [t.heard_ms for t in main if t.server == name and t.question == question and t.heard_ms]
-            cells.append(f"{name} {statistics.median(values):6.0f} (n={len(values)})" if values else f"{name}   none")
+            cells.append(f"{name} {statistics.median(values):6.0f}" if values else f"{name}   none")
         print(f"  {question[:48]:48}  " + "   ".join(cells))
 
-    print("\n== Vigil's own stage breakdown (its per-turn metrics messages; the first reply of each question)")
-    breakdown([t.metrics[0] for t in main if t.server == "vigil" and t.metrics])
-    gaps = [t.heard_ms - t.metrics[0]["voice_to_voice_ms"] for t in main
-            if t.server == "vigil" and t.heard_ms is not None and t.metrics
-            and t.metrics[0].get("voice_to_voice_ms") is not None]
-    if gaps:
-        median, p95, mean = summary(gaps)
-        print(f"  {'heard - server voice_to_voice_ms':34} median {median:7.0f}  p95 {p95:7.0f}  mean {mean:7.0f}"
-              f"   n={len(gaps)}  (transport + client jitter buffer + the end-of-speech estimate)")
+    for name in vigils:
+        print(f"\n== {name}: the server's own stage breakdown (its per-turn metrics messages; first reply of each "
+              "question)")
+        breakdown([t.metrics[0] for t in main if t.server == name and t.metrics])
+        gaps = [t.heard_ms - t.metrics[0]["voice_to_voice_ms"] for t in main
+                if t.server == name and t.heard_ms is not None and t.metrics
+                and t.metrics[0].get("voice_to_voice_ms") is not None]
+        if gaps:
+            median, p95, mean = summary(gaps)
+            print(f"  {'heard - server voice_to_voice_ms':34} median {median:7.0f}  p95 {p95:7.0f}  mean {mean:7.0f}"
+                  f"   n={len(gaps)}  (transport, client jitter buffer, the end-of-speech estimate)")
     print("\n== pipecat's own service timings (its metrics frames; the first of each name per question)")
     breakdown([t.metrics[0] for t in main if t.server == "pipecat" and t.metrics])
 
     paused = [t for t in turns if t.paused]
     if paused:
         print(f"\n== paused question ({PAUSE_S * 1000:.0f} ms pause): {' ... '.join(PAUSED)!r}")
-        for name in ("vigil", "pipecat"):
+        for name in names:
             mine = [t for t in paused if t.server == name]
             cut = sum(t.cut_off for t in mine)
+            split = sum(t.turn_cut for t in mine)
             values = [t.heard_ms for t in mine if t.heard_ms is not None and not t.cut_off]
             tail = f"; heard v2v median {statistics.median(values):.0f} ms when whole" if values else ""
-            print(f"  {name:10} false cut-offs {cut}/{len(mine)} (goal 0){tail}")
+            print(f"  {name:{WIDTH}} false cut-offs heard {cut}/{len(mine)} (goal 0); turn ended after the first half "
+                  f"(LLM run on it, heard or not) {split}/{len(mine)}{tail}")
 
 
 def breakdown(firsts: list[dict[str, Any]]) -> None:
@@ -557,38 +594,46 @@ def flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-async def run(args: argparse.Namespace, pipecat_python: Path) -> None:
+async def run(args: argparse.Namespace, pipecat_python: Path, roots: dict[str, tuple[Path, str]]) -> None:
+    """``roots``: server name -> (the Vigil checkout or exported commit it serves, where that came from)."""
     restrict_host_addresses(["127.0.0.1"])  # this client's ICE: loopback, the only interface here
-    vigil_root = args.vigil_root.resolve()
     started = time.perf_counter()
     logs = Path(tempfile.mkdtemp(prefix="vigil-bench-voice-"))
-    print(f"vigil from {vigil_root} ({git_head(vigil_root)}); pipecat 1.14.0 from {pipecat_python.parent.parent}; "
-          f"logs in {logs}", flush=True)
+    sources = {name: source for name, (_, source) in roots.items()}
+    global WIDTH
+    WIDTH = max(len(name) for name in [*roots, "pipecat"])
+    for name, source in sources.items():
+        print(f"{name} from {source}", flush=True)
+    print(f"pipecat 1.14.0 from {pipecat_python.parent.parent}; logs in {logs}", flush=True)
     questions = {text: trimmed(speech(text)) for text in QUESTIONS}
     paused_pcm = paused_question()
-    vigil = VigilServer(vigil_root, logs / "vigil.log")
-    llm = LlmServer()  # llama.cpp's own HTTP server, the same GGUF and settings as Vigil's embedded one
+    vigils = {name: VigilServer(root, logs / f"{name.replace(':', '-')}.log") for name, (root, _) in roots.items()}
+    # llama.cpp's own HTTP server with the same GGUF and settings as Vigil's embedded one, but for the threads:
+    # see --peer-llm-threads.
+    llm = LlmServer(n_threads=args.peer_llm_threads)
     bot = PipecatBot(pipecat_python, llm, logs / "pipecat.log", args.bot_log_level)
     sessions: dict[str, Session] = {}
     turns: list[Turn] = []
     try:
-        await asyncio.gather(asyncio.to_thread(vigil.start), asyncio.to_thread(llm.start))
+        await asyncio.gather(*(asyncio.to_thread(v.start) for v in vigils.values()), asyncio.to_thread(llm.start))
         await bot.start()
-        print(f"servers up after {time.perf_counter() - started:.0f} s: vigil {vigil.url}, pipecat {bot.url}, "
+        urls = ", ".join(f"{name} {v.url}" for name, v in vigils.items())
+        print(f"servers up after {time.perf_counter() - started:.0f} s: {urls}, pipecat {bot.url}, "
               f"llama.cpp {llm.url}", flush=True)
-        sessions = {"vigil": Session(lambda: VigilPeer(vigil.url), args.turns_per_connection),
-                    "pipecat": Session(lambda: PipecatPeer(bot), args.turns_per_connection)}
+        for name, vigil in vigils.items():
+            sessions[name] = Session(lambda n=name, u=vigil.url: VigilPeer(n, u), args.turns_per_connection)
+        sessions["pipecat"] = Session(lambda: PipecatPeer(bot), args.turns_per_connection)
         print("warm-up (not counted):", flush=True)
-        for name in ("vigil", "pipecat"):
+        for name in sessions:
             show(await sessions[name].ask(QUESTIONS[0], questions[QUESTIONS[0]]), 0)
-        print(f"turns (V, P, P, V, ...; {args.turns} per server):", flush=True)
-        for index, (k, name) in enumerate(order(args.turns), 1):
+        print(f"turns (servers alternating, every other round reversed; {args.turns} per server):", flush=True)
+        for index, (k, name) in enumerate(order(args.turns, list(sessions)), 1):
             text = QUESTIONS[k % len(QUESTIONS)]
             turns.append(await sessions[name].ask(text, questions[text]))
             show(turns[-1], index)
         if args.paused:
             print(f"paused question ({args.paused} per server):", flush=True)
-            for index, (_, name) in enumerate(order(args.paused), 1):
+            for index, (_, name) in enumerate(order(args.paused, list(sessions)), 1):
                 turns.append(await sessions[name].ask(" ... ".join(PAUSED), paused_pcm, paused=True))
                 show(turns[-1], index)
     finally:
@@ -596,15 +641,39 @@ async def run(args: argparse.Namespace, pipecat_python: Path) -> None:
             await session.close()
         await bot.stop()
         await asyncio.to_thread(llm.stop)
-        await asyncio.to_thread(vigil.stop)
-    report(turns, vigil_root)
+        await asyncio.gather(*(asyncio.to_thread(v.stop) for v in vigils.values()))
+    report(turns, sources)
     print(f"\ntotal wall time {time.perf_counter() - started:.0f} s")
 
 
-def export_commit(root: Path, rev: str) -> Path:
-    """``rev`` of the checkout at ``root``, as files under .cache/ (so uncommitted edits there stay out)."""
-    sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", rev], capture_output=True, text=True,
-                         check=True).stdout.strip()
+def vigil_checkouts(specs: list[str]) -> dict[str, tuple[Path, str]]:
+    """``DIR`` or ``DIR@REV`` each -> {server name: (directory to serve, where it came from)}. One checkout is
+    just "vigil"."""
+    roots: dict[str, tuple[Path, str]] = {}
+    for spec in specs or [str(REPO)]:
+        directory, _, rev = spec.partition("@")
+        root = Path(directory).resolve()
+        label, source = root.name, f"{root} ({git_head(root)})"
+        if rev:
+            sha, subject = git_log(root, rev)
+            root = export_commit(root, sha)
+            label, source = f"{label}@{sha}", f"{directory} at commit {sha} ({subject}), exported to {root}"
+        roots[f"vigil:{label}"] = (root, source)
+    if len(roots) == 1:
+        return {"vigil": next(iter(roots.values()))}
+    return roots
+
+
+def git_log(root: Path, rev: str) -> tuple[str, str]:
+    """(short sha, subject) of ``rev``."""
+    out = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h %s", rev], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    sha, _, subject = out.partition(" ")
+    return sha, subject[:60]
+
+
+def export_commit(root: Path, sha: str) -> Path:
+    """Commit ``sha`` of the checkout at ``root``, as files under .cache/ (uncommitted edits there stay out)."""
     target = REPO / ".cache" / f"vigil-{sha}"
     if not (target / "server").is_dir():
         target.mkdir(parents=True, exist_ok=True)
@@ -624,12 +693,19 @@ def git_head(root: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setup", action="store_true", help="only create the pipecat venv, then exit")
-    parser.add_argument("--vigil-root", type=Path, default=REPO, help="the Vigil checkout to serve (default: this)")
-    parser.add_argument("--vigil-rev", help="serve this commit of --vigil-root (exported to .cache/), not its files")
+    parser.add_argument(
+        "--vigil-root", action="append", metavar="DIR[@REV]",
+        help="a Vigil checkout to serve (default: this one); DIR@REV serves that commit of it (exported to "
+             ".cache/, so uncommitted edits stay out). Repeat it to measure several, alternating, in one run")
     parser.add_argument("--turns", type=int, default=10, help="questions per server (alternating)")
     parser.add_argument("--paused", type=int, default=3, help="paused questions per server (0: none)")
     parser.add_argument("--turns-per-connection", type=int, default=6,
                         help="questions per client connection before a fresh one (a new conversation)")
+    parser.add_argument(
+        "--peer-llm-threads", type=int, default=1,
+        help="threads of the peer's llama.cpp server. On the shared 2-core machine a separate llama.cpp process with "
+             "2 threads collapses under load (A/B: first token 3.3 s, 11 tokens in 10 s) while 1 thread runs like "
+             "Vigil's embedded engine does inside vigil serve (0.2 s, 1 s)")
     parser.add_argument("--bot-log-level", default="INFO", help="the pipecat bot's log level (DEBUG: its metrics)")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run on the current network (default: re-run in a loopback-only namespace)")
@@ -637,11 +713,9 @@ def main() -> None:
     python = ensure_pipecat_venv()
     if args.setup:
         return
-    if args.vigil_rev:
-        args.vigil_root = export_commit(args.vigil_root.resolve(), args.vigil_rev)
     if not args.no_sandbox and not only_loopback() and not os.environ.get(SANDBOX_ENV):
         reexec_offline()
-    asyncio.run(run(args, python))
+    asyncio.run(run(args, python, vigil_checkouts(args.vigil_root)))
 
 
 if __name__ == "__main__":
