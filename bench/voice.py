@@ -561,8 +561,8 @@ def report(turns: list[Turn], vigils: dict[str, str]) -> None:
             split = sum(t.turn_cut for t in mine)
             values = [t.heard_ms for t in mine if t.heard_ms is not None and not t.cut_off]
             tail = f"; heard v2v median {statistics.median(values):.0f} ms when whole" if values else ""
-            print(f"  {name:{WIDTH}} false cut-offs heard {cut}/{len(mine)} (goal 0); turn ended after the first half "
-                  f"(LLM run on it, heard or not) {split}/{len(mine)}{tail}")
+            print(f"  {name:{WIDTH}} false cut-offs heard {cut}/{len(mine)} (goal 0); first half taken as a turn "
+                  f"of its own (a final transcript / an LLM run on it, heard or not) {split}/{len(mine)}{tail}")
 
 
 def breakdown(firsts: list[dict[str, Any]]) -> None:
