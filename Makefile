@@ -25,6 +25,8 @@ lint: setup
 	.venv/bin/ruff check .
 
 bench:  ## a benchmark (BENCH=transport|video|voice|api|capacity|...), same offline sandbox as the tests
+	@# voice also needs its pipecat peer's venv (.cache/pipecat-venv), made online before the sandbox
+	if [[ $(BENCH) == voice ]]; then bash scripts/setup.sh && .venv/bin/python -m bench.voice --setup; fi
 	bash scripts/test.sh --exec .venv/bin/python -m bench.$(BENCH) $(ARGS)
 
 clean:  ## remove the venv and the set-up stamps (next run reinstalls)
