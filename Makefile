@@ -13,7 +13,7 @@ test:   ## set up, lint, then the whole suite (tests/unit and the rest) in a pri
 	bash scripts/test.sh $(ARGS)
 
 test-unit:  ## set up, lint, then only tests/unit: pure logic, no models or servers, seconds
-	bash scripts/test.sh tests/unit --confcutdir tests/unit $(ARGS)
+	bash scripts/test.sh tests/unit $(ARGS)
 
 setup:  ## install system packages and the venv (idempotent, stamped)
 	bash scripts/setup.sh

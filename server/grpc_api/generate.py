@@ -1,7 +1,7 @@
 """Regenerate the gRPC stubs from inference.proto: ``python -m server.grpc_api.generate`` (from the repo root).
 
-The generated modules are committed (tests/test_grpc.py checks they match what this produces), so running the
-server needs grpcio and protobuf only; grpcio-tools is needed to regenerate.
+The generated modules are committed (tests/integration/test_grpc.py checks they match what this produces), so
+running the server needs grpcio and protobuf only; grpcio-tools is needed to regenerate.
 """
 
 from __future__ import annotations

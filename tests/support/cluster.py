@@ -1,5 +1,6 @@
-"""Test and bench helpers for a cluster of ``vigil serve`` processes (tests/test_cluster.py, bench/capacity.py):
-a node's config, and waiting, from the outside like a client, for a source to run and its results to flow."""
+"""Test and bench helpers for a cluster of ``vigil serve`` processes (tests/integration/test_cluster.py,
+bench/capacity.py): a node's config, and waiting, from the outside like a client, for a source to run and its
+results to flow."""
 
 from __future__ import annotations
 

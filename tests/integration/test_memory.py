@@ -15,10 +15,10 @@ import pytest
 from pipelines.memory.entries import MemoryEntry
 from server.events_api import TIMELINE
 from server.memory import MEMORY
+from tests.integration.test_voice_loop import VOICE, VoiceCall, _session_loop
 from tests.support.audio import silence, speech
 from tests.support.media import sliding_person
 from tests.support.milvus_server import MilvusServer
-from tests.test_voice_loop import VOICE, VoiceCall, _session_loop
 
 SENTENCE = "The red bicycle is locked next to the bakery."
 

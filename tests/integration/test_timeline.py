@@ -17,8 +17,8 @@ from PIL import Image
 
 from server.config import load_settings
 from server.engines import build_batcher
+from tests.integration.test_sources import Watcher
 from tests.support.media import sliding_person
-from tests.test_sources import Watcher
 
 PRE_S, POST_S = 1.5, 1.5
 RIGHT_HALF = {"name": "door", "polygon": [[0.5, 0.0], [1.0, 0.0], [1.0, 1.0], [0.5, 1.0]]}

@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 
 from pipelines.sources.urls import redact_text, redact_url, url_secrets
+from tests.integration.test_sources import Watcher
 from tests.support.rtsp import RtspCamera, free_port
-from tests.test_sources import Watcher
 
 PASSWORD = "hunter2-S3cr3t"
 

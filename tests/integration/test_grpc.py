@@ -33,7 +33,7 @@ from tests.support.audio import silence, speech
 from tests.support.llm_server import LlmServer
 from tests.support.speech_files import wav_bytes
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m-instruct"
 QUESTION = "How many people do you see?"
 FRANCE = "What is the capital of France?"

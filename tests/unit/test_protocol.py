@@ -13,7 +13,7 @@ from pipelines.clock import VirtualClock
 from pipelines.protocol import SessionConfig, json_schema
 from pipelines.session import SessionPipeline, handle_client_message
 
-SCHEMA_FILE = Path(__file__).resolve().parent.parent / "docs" / "protocol.schema.json"
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "protocol.schema.json"
 
 
 def test_committed_schema_is_current():

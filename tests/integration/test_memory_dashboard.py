@@ -12,8 +12,8 @@ from models.embeddings import MiniLmEmbedder
 from pipelines.memory.entries import MemoryEntry
 from pipelines.memory.index import MemoryIndex
 from pipelines.memory.vectors import MilvusVectors
+from tests.integration.test_dashboard import open_dashboard, state, wait_for
 from tests.support.browser import chromium, playwright_driver, running_vigil
-from tests.test_dashboard import open_dashboard, state, wait_for
 
 pytestmark = pytest.mark.timeout(480)
 TOKEN = "search-token"

@@ -9,9 +9,9 @@ import aiohttp
 
 from server.client import VigilClient, VigilError
 from server.openai_api import CHAT_API
+from tests.integration.test_batch_jobs import LONG_SENTENCES
 from tests.support.scripted_llm import ScriptedLlmForTest
 from tests.support.speech_files import spoken, wav_bytes
-from tests.test_batch_jobs import LONG_SENTENCES
 
 CHAT_MODEL = "smollm2-135m-instruct"  # the configured model's name, answered by the scripted LLM
 

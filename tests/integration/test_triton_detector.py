@@ -27,11 +27,11 @@ from models.triton_detector import (
     read_repository_metadata,
 )
 from models.yolo import UltralyticsDetector
+from tests.integration.test_sources import Watcher, _post_source
 from tests.support.media import real_image, slideshow
 from tests.support.triton_server import TritonServer
-from tests.test_sources import Watcher, _post_source
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

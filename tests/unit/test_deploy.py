@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from server.api import ROUTES
 from server.config import Settings, load_settings
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 READYZ = "/readyz"  # the readiness endpoint (issue 12 adds it beside /healthz)
 
 

@@ -18,8 +18,8 @@ import pytest
 from models.packaged import package_dir
 from models.turn import SmartTurnV3
 from pipelines.voice.audio import ReplyAudioTrack, trim_silence
+from tests.integration.test_voice_loop import VOICE, VoiceCall, _session_loop, _words
 from tests.support.audio import silence, speech, speech_split
-from tests.test_voice_loop import VOICE, VoiceCall, _session_loop, _words
 
 PAUSED = "Could you tell me what the weather will be like tomorrow?"
 PAUSED_AFTER = 9  # words: "... will be like" | "tomorrow?"

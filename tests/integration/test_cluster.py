@@ -21,7 +21,7 @@ from tests.support.cluster import get_json, node_config, owner_of, results_flow
 from tests.support.redis_server import RedisServer
 from tests.support.rtsp import RtspCamera
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 HEARTBEAT_S, LEASE_S = 0.5, 2.0
 RECONNECT_MAX_S = 1.0
 # A source must be running again within its lease + one pass + the camera's reconnect; the rest is margin for

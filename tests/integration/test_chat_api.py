@@ -29,7 +29,7 @@ from tests.support.processes import stop_process
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.scripted_llm import ScriptedLlmForTest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m-instruct"
 KEY = "sk-test-key"
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
