@@ -28,9 +28,14 @@ class TurnEnded:
     silence_ms: float  # trailing silence heard before the turn ended (end of speech = now - silence_ms)
 
 
+# Audio kept from before the speech run that starts a turn. Silero is often 0.4-0.6 s late on a soft first word
+# ("What colour ...": the run began 0.54 s into the speech), and 300 ms lost that word: Whisper heard "Or is the sky?".
+PREROLL_MS = 700.0
+
+
 class Endpointer:
     def __init__(self, *, threshold: float = 0.5, min_speech_ms: float = 250, end_silence_ms: float = 600,
-                 max_turn_s: float = 30.0, preroll_ms: float = 300) -> None:
+                 max_turn_s: float = 30.0, preroll_ms: float = PREROLL_MS) -> None:
         self.threshold = threshold
         self.min_speech_frames = max(1, round(min_speech_ms / FRAME_MS))
         self.end_silence_frames = max(1, round(end_silence_ms / FRAME_MS))
@@ -59,9 +64,11 @@ class Endpointer:
         invents words around long silences)."""
         frames = self._frames
         if max_pause_ms is not None:
+            # The pre-roll before the first speech frame stays whole: it may hold a word the VAD scored late.
+            first = next((i for i, speech in enumerate(self._speech) if speech), len(self._frames))
             keep, run = max(1, round(max_pause_ms / FRAME_MS)), 0
-            frames = []
-            for frame, speech in zip(self._frames, self._speech, strict=True):
+            frames = self._frames[:first]
+            for frame, speech in zip(self._frames[first:], self._speech[first:], strict=True):
                 run = 0 if speech else run + 1
                 if run <= keep:
                     frames.append(frame)

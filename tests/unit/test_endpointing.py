@@ -1,0 +1,24 @@
+"""The endpointer's turn audio keeps the speech the VAD was late on (pure logic: VAD probabilities given)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipelines.voice.endpointing import FRAME_SAMPLES, Endpointer, TurnEnded, TurnStarted
+
+
+def _frame(value: float) -> np.ndarray:
+    return np.full(FRAME_SAMPLES, value, np.float32)
+
+
+def test_a_turn_keeps_the_first_word_the_vad_was_half_a_second_late_on():
+    endpointer = Endpointer(min_speech_ms=250, end_silence_ms=600)
+    events = [endpointer.push(_frame(0.0), 0.0) for _ in range(30)]  # 1 s of silence before
+    # 0.55 s of the first word that the VAD scores low, then clear speech (each frame marks itself: 1.0 / 2.0)
+    events += [endpointer.push(_frame(1.0), 0.2) for _ in range(17)]
+    events += [endpointer.push(_frame(2.0), 0.9) for _ in range(30)]
+    events += [endpointer.push(_frame(0.0), 0.0) for _ in range(30)]
+    assert sum(isinstance(event, TurnStarted) for event in events) == 1
+    (ended,) = [event for event in events if isinstance(event, TurnEnded)]
+    assert np.count_nonzero(ended.audio == 1.0) == 17 * FRAME_SAMPLES  # the late-scored word is all there
+    assert np.count_nonzero(ended.audio == 2.0) == 30 * FRAME_SAMPLES
