@@ -548,6 +548,7 @@ class VoiceLoop:
             if speculation is not None and not speculation.confirmed.is_set():
                 speculation.audio_held.set()
                 await speculation.confirmed.wait()
+            if speculation is not None:  # confirmed (before or during the wait): this is the turn's answer
                 self.last_request = request
             release_deltas()
 

@@ -22,7 +22,10 @@ from server.engines import build_analyzers
 from tests.support.audio import Recorder, ScriptedMicrophone, rms, silence, speech
 from tests.support.media import sliding_person
 
-VOICE = {"enabled": True, "end_of_turn_silence_ms": 500, "silent_track_s": 600, "max_reply_tokens": 24}
+# Silence end of turn: these tests are about alerts, and the user's long question must stay one turn (Smart Turn
+# may end it at a breath, which splits it in two and changes what the timeline stores).
+VOICE = {"enabled": True, "turn_detection": "silence", "end_of_turn_silence_ms": 500, "silent_track_s": 600,
+         "max_reply_tokens": 24}
 KITCHEN = {"name": "kitchen", "polygon": [[0.5, 0.0], [1.0, 0.0], [1.0, 1.0], [0.5, 1.0]],
            "announce": "Someone entered the {zone}", "announce_cooldown_s": 60}
 
