@@ -78,6 +78,15 @@ async def test_spoken_sentence_is_searchable_and_the_voice_loop_recalls_it(vigil
         assert "bakery" in system.lower(), system
 
 
+async def _until_ended(http: aiohttp.ClientSession, url: str, source_id: str) -> None:
+    """Wait (up to ~30 s) until a file source has played to its end."""
+    for _ in range(300):
+        async with http.get(f"{url}/api/sources/{source_id}") as response:
+            if (await response.json())["state"] == "ended":
+                return
+        await asyncio.sleep(0.1)
+
+
 async def test_zone_event_is_found_by_its_zone_and_survives_a_restart(vigil, tmp_path: Path):
     sliding_person(tmp_path / "slide.mp4", seconds=6.0, fps=10)
     zone = {"name": "loading dock", "polygon": [[0.4, 0.0], [0.6, 0.0], [0.6, 1.0], [0.4, 1.0]]}
@@ -89,11 +98,7 @@ async def test_zone_event_is_found_by_its_zone_and_survives_a_restart(vigil, tmp
         async with http.post(f"{server.url}/api/sources", json=body) as response:
             source = await response.json()
             assert response.status == 201, source
-        for _ in range(300):
-            async with http.get(f"{server.url}/api/sources/{source['id']}") as response:
-                if (await response.json())["state"] == "ended":
-                    break
-            await asyncio.sleep(0.1)
+        await _until_ended(http, server.url, source["id"])
         await _indexed(server)
         status, found = await _search(http, server.url, q="who went into the loading dock", kind="event")
         assert status == 200, found
@@ -121,11 +126,7 @@ async def test_memory_indexes_what_the_timeline_commits(vigil, tmp_path: Path):
         async with http.post(f"{server.url}/api/sources", json={"path": "slide.mp4", "realtime": False}) as response:
             source = await response.json()
             assert response.status == 201, source
-        for _ in range(300):
-            async with http.get(f"{server.url}/api/sources/{source['id']}") as response:
-                if (await response.json())["state"] == "ended":
-                    break
-            await asyncio.sleep(0.1)
+        await _until_ended(http, server.url, source["id"])
         await _indexed(server)
         status, found = await _search(http, server.url, q="a person appeared", kind="event")
         assert status == 200, found
