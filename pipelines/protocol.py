@@ -161,6 +161,8 @@ class Reply(ServerMessage):
     done: bool = False
     kind: Literal["answer", "alert"] | None = Field(
         None, description="'alert': a spoken alert (a zone's or line's announce), not an answer; absent: an answer.")
+    interrupted: bool = Field(
+        False, description="With done: the reply was cut short (a barge-in or a newer turn), not finished.")
 
 
 # ---------------------------------------------------------------- event payloads (``event.data`` by ``event.name``)

@@ -581,6 +581,9 @@ class VoiceLoop:
             self._error("llm_unavailable", str(error))
             self._send(Reply, turn=turn.number, done=True)
         except asyncio.CancelledError:
+            if confirmed is None or confirmed.is_set():  # every answer the client saw begin also ends
+                release_deltas()
+                self._send(Reply, turn=turn.number, done=True, interrupted=True)
             raise
         except Exception as error:
             log.exception("reply failed")

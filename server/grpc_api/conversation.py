@@ -69,15 +69,14 @@ def to_output(message: ServerMessage) -> pb.ConversationOutput | None:
     if isinstance(message, Transcript):
         return _output(transcript=pb.TranscriptEvent(turn=message.turn, text=message.text, final=message.final))
     if isinstance(message, Reply):
-        return _output(reply=pb.ReplyEvent(turn=message.turn, delta=message.delta or "", done=message.done))
+        return _output(reply=pb.ReplyEvent(turn=message.turn, delta=message.delta or "", done=message.done,
+                                           interrupted=message.interrupted))
     if isinstance(message, Event):
         return _output(event=pb.ConversationEvent(name=message.name, data_json=json.dumps(message.data)))
     if isinstance(message, Error):
         return _output(error=pb.ConversationError(code=message.code, message=message.message))
     if isinstance(message, Metrics) and message.turn is not None:
-        known = pb.TurnMetrics.DESCRIPTOR.fields_by_name  # the proto carries the core stages only
-        fields = {k: v for k, v in message.turn.model_dump(exclude_none=True).items() if k in known}
-        return _output(metrics=pb.TurnMetrics(**fields))
+        return _output(metrics=pb.TurnMetrics(**message.turn.model_dump(exclude_none=True)))
     return None
 
 

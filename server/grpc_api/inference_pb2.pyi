@@ -155,14 +155,16 @@ class TranscriptEvent(_message.Message):
     def __init__(self, turn: _Optional[int] = ..., text: _Optional[str] = ..., final: _Optional[bool] = ...) -> None: ...
 
 class ReplyEvent(_message.Message):
-    __slots__ = ("turn", "delta", "done")
+    __slots__ = ("turn", "delta", "done", "interrupted")
     TURN_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPTED_FIELD_NUMBER: _ClassVar[int]
     turn: int
     delta: str
     done: bool
-    def __init__(self, turn: _Optional[int] = ..., delta: _Optional[str] = ..., done: _Optional[bool] = ...) -> None: ...
+    interrupted: bool
+    def __init__(self, turn: _Optional[int] = ..., delta: _Optional[str] = ..., done: _Optional[bool] = ..., interrupted: _Optional[bool] = ...) -> None: ...
 
 class AudioOutput(_message.Message):
     __slots__ = ("data", "sample_rate")
@@ -173,7 +175,7 @@ class AudioOutput(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., sample_rate: _Optional[int] = ...) -> None: ...
 
 class TurnMetrics(_message.Message):
-    __slots__ = ("turn", "speech_ms", "end_of_speech_to_final_ms", "llm_first_token_ms", "first_audio_ms", "voice_to_voice_ms", "barge_in_stop_ms", "prefill", "prefill_saved_ms")
+    __slots__ = ("turn", "speech_ms", "end_of_speech_to_final_ms", "llm_first_token_ms", "first_audio_ms", "voice_to_voice_ms", "barge_in_stop_ms", "prefill", "prefill_saved_ms", "memory_retrieval_ms", "memory_entries", "end_of_turn", "end_of_turn_ms", "turn_score", "turn_model_ms", "final_decode", "speculation", "speculations_discarded", "audio_send_ms")
     TURN_FIELD_NUMBER: _ClassVar[int]
     SPEECH_MS_FIELD_NUMBER: _ClassVar[int]
     END_OF_SPEECH_TO_FINAL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +185,16 @@ class TurnMetrics(_message.Message):
     BARGE_IN_STOP_MS_FIELD_NUMBER: _ClassVar[int]
     PREFILL_FIELD_NUMBER: _ClassVar[int]
     PREFILL_SAVED_MS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_RETRIEVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    END_OF_TURN_FIELD_NUMBER: _ClassVar[int]
+    END_OF_TURN_MS_FIELD_NUMBER: _ClassVar[int]
+    TURN_SCORE_FIELD_NUMBER: _ClassVar[int]
+    TURN_MODEL_MS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_DECODE_FIELD_NUMBER: _ClassVar[int]
+    SPECULATION_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIONS_DISCARDED_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_SEND_MS_FIELD_NUMBER: _ClassVar[int]
     turn: int
     speech_ms: float
     end_of_speech_to_final_ms: float
@@ -192,7 +204,17 @@ class TurnMetrics(_message.Message):
     barge_in_stop_ms: float
     prefill: str
     prefill_saved_ms: float
-    def __init__(self, turn: _Optional[int] = ..., speech_ms: _Optional[float] = ..., end_of_speech_to_final_ms: _Optional[float] = ..., llm_first_token_ms: _Optional[float] = ..., first_audio_ms: _Optional[float] = ..., voice_to_voice_ms: _Optional[float] = ..., barge_in_stop_ms: _Optional[float] = ..., prefill: _Optional[str] = ..., prefill_saved_ms: _Optional[float] = ...) -> None: ...
+    memory_retrieval_ms: float
+    memory_entries: int
+    end_of_turn: str
+    end_of_turn_ms: float
+    turn_score: float
+    turn_model_ms: float
+    final_decode: str
+    speculation: str
+    speculations_discarded: int
+    audio_send_ms: float
+    def __init__(self, turn: _Optional[int] = ..., speech_ms: _Optional[float] = ..., end_of_speech_to_final_ms: _Optional[float] = ..., llm_first_token_ms: _Optional[float] = ..., first_audio_ms: _Optional[float] = ..., voice_to_voice_ms: _Optional[float] = ..., barge_in_stop_ms: _Optional[float] = ..., prefill: _Optional[str] = ..., prefill_saved_ms: _Optional[float] = ..., memory_retrieval_ms: _Optional[float] = ..., memory_entries: _Optional[int] = ..., end_of_turn: _Optional[str] = ..., end_of_turn_ms: _Optional[float] = ..., turn_score: _Optional[float] = ..., turn_model_ms: _Optional[float] = ..., final_decode: _Optional[str] = ..., speculation: _Optional[str] = ..., speculations_discarded: _Optional[int] = ..., audio_send_ms: _Optional[float] = ...) -> None: ...
 
 class ConversationEvent(_message.Message):
     __slots__ = ("name", "data_json")

@@ -362,7 +362,8 @@ async def test_converse_typed_barge_in_limits_and_bad_input(vigil, upstream):
 
         (barge,) = [o.event for o in outputs if o.HasField("event") and o.event.name == "barge_in"]
         assert json.loads(barge.data_json)["turn"] == 1
-        assert [o.reply.turn for o in outputs if o.HasField("reply") and o.reply.done] == [2]  # 1 was cut
+        ends = [(o.reply.turn, o.reply.interrupted) for o in outputs if o.HasField("reply") and o.reply.done]
+        assert ends == [(1, True), (2, False)]  # 1 was cut, and says so
         metrics = {o.metrics.turn: o.metrics for o in outputs if o.HasField("metrics")}
         assert metrics[1].HasField("barge_in_stop_ms") and 2 in metrics
 

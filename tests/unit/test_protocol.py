@@ -82,3 +82,19 @@ def test_random_client_messages_get_an_answer_never_an_exception(payload):
         assert pipeline.config == before, "a rejected message must not change the session"
     else:
         assert answer["type"] in {"pong", "event"}
+
+
+def test_grpc_carries_every_turn_metric_and_the_interrupted_reply():
+    """The gRPC Converse output maps the data channel's turn metrics and reply end field for field."""
+    from pipelines.protocol import Metrics, Reply, TurnMetrics
+    from server.grpc_api import inference_pb2 as pb
+    from server.grpc_api.conversation import to_output
+
+    assert set(TurnMetrics.model_fields) <= set(pb.TurnMetrics.DESCRIPTOR.fields_by_name)
+    full = TurnMetrics(turn=3, speech_ms=900.0, memory_retrieval_ms=4.5, memory_entries=2, end_of_turn="model",
+                       end_of_turn_ms=210.0, turn_score=0.93, turn_model_ms=41.0, final_decode="early",
+                       speculation="played", speculations_discarded=1, audio_send_ms=3.0)
+    out = to_output(Metrics(session="s1", ts=0.0, turn=full)).metrics
+    assert (out.end_of_turn, out.turn_score, out.memory_entries, out.speculation) == ("model", 0.93, 2, "played")
+    cut = to_output(Reply(session="s1", ts=0.0, turn=3, done=True, interrupted=True)).reply
+    assert (cut.done, cut.interrupted) == (True, True)
