@@ -110,8 +110,9 @@ def build_router(settings: Settings) -> RoutedLlm:
 
 def build_stt(settings: Settings) -> WhisperStt:
     stt = settings.models.stt
-    return _shared(("stt", stt.model_dir, stt.device, stt.compute_type),
-                   lambda: WhisperStt(stt.model_dir, device=stt.device, compute_type=stt.compute_type))
+    return _shared(("stt", stt.model_dir, stt.device, stt.compute_type, stt.short_window),
+                   lambda: WhisperStt(stt.model_dir, device=stt.device, compute_type=stt.compute_type,
+                                      short_window=stt.short_window))
 
 
 def build_batch_stt(settings: Settings) -> BatchedWhisper:

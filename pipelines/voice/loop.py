@@ -504,7 +504,7 @@ class VoiceLoop:
 
     async def _transcribe(self, audio: np.ndarray) -> str:
         loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self.engine.stt_executor, self.engine.stt.transcribe, audio)
+        result = await loop.run_in_executor(self.engine.stt_executor, self.engine.stt.transcribe_live, audio)
         return result.text
 
     # ------------------------------------------------------------------ replies

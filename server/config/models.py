@@ -20,6 +20,10 @@ class SttModel(Section):
     )
     device: str = "cpu"
     compute_type: str = "int8"
+    short_window: bool = Field(
+        True, description="Live voice turns: decode a window fitted to the utterance (speech + 7.5 s, at least "
+        "10 s) instead of Whisper's 30 s, ~4x less encoder work; a degenerate decode is redone on 30 s."
+    )
 
 
 class LlmUpstream(Section):

@@ -187,6 +187,41 @@ def test_whisper_transcribes_piper(whisper: WhisperStt, prompt_16k: np.ndarray) 
     assert result.segments and all(s.text for s in result.segments)
 
 
+LIVE_QUESTIONS = ["What colour is the sky on a clear day?", "What's two plus two?", "Yes.",
+                  "Could you tell me what the weather will be like tomorrow?",
+                  "Turn off the lights in the living room and lock the back door, then tell me if anyone is in the "
+                  "garden."]
+
+
+def test_live_decode_uses_a_short_window_and_says_what_the_full_one_says(whisper: WhisperStt,
+                                                                           piper: PiperTts) -> None:
+    """transcribe_live reads the same words as the 30 s decode, including "two plus two", which a short window
+    alone decodes twice over (its fallback to the full window must catch that)."""
+    encoder_frames: list[int] = []
+    ct2_model = whisper._model.model
+
+    class CountingEncoder:  # the encoder input's length shows the window used; all else is the real model
+        def __getattr__(self, name: str) -> object:
+            return getattr(ct2_model, name)
+
+        def encode(self, features, *args, **kwargs):
+            encoder_frames.append(features.shape[-1])
+            return ct2_model.encode(features, *args, **kwargs)
+
+    for question in LIVE_QUESTIONS:
+        audio = to_16k_float(piper.synthesize(question), piper.sample_rate)
+        full = whisper.transcribe(audio)
+        live = whisper.transcribe_live(audio)
+        assert words(live.text) == words(full.text), (question, live.text, full.text)
+        assert live.duration == pytest.approx(audio.size / 16_000)
+    whisper._model.model = CountingEncoder()
+    try:
+        whisper.transcribe_live(to_16k_float(piper.synthesize(LIVE_QUESTIONS[0]), piper.sample_rate))
+    finally:
+        whisper._model.model = ct2_model
+    assert encoder_frames == [1000], encoder_frames  # a 10 s window, not Whisper's 3000 frames
+
+
 def test_whisper_input_checks(whisper: WhisperStt) -> None:
     empty = whisper.transcribe(np.zeros(0, dtype=np.float32))
     assert empty.text == "" and empty.segments == () and empty.duration == 0.0
