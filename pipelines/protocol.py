@@ -298,6 +298,10 @@ class TurnMetrics(_Outbound):
     audio_send_ms: float | None = Field(
         None, description="First reply audio queued (first_audio_ms) -> its first frame sent (voice_to_voice_ms)."
     )
+    continues_turn: int | None = Field(
+        None, description="The user went on after a pause before hearing any of turn N's reply (it was cut "
+        "unheard): this turn's text starts with turn N's, and its answer is to both."
+    )
 
 
 class Metrics(ServerMessage):

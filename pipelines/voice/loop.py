@@ -115,6 +115,12 @@ def _normalise(text: str) -> str:
     return re.sub(r"[^a-z0-9 ]", "", text.lower()).strip()
 
 
+def _continued(before: str, after: str) -> str:
+    """A turn whose reply was cut unheard, joined with what the user went on to say: "Could you tell me?" +
+    "what the weather will be like?" -> "Could you tell me what the weather will be like?"."""
+    return f"{before.rstrip().rstrip('.?!')} {after.lstrip()}".strip()
+
+
 def _agreed_prefix(previous: str, current: str) -> str:
     """The words two consecutive decodes agree on: stable enough to show (or to prefill with)."""
     agreed = []
@@ -134,6 +140,8 @@ class _Turn:
     audio_queued: float | None = None  # when its reply's first audio was queued to play
     metrics: dict[str, Any] = field(default_factory=dict)
     reported: bool = False
+    text: str = ""  # the final transcript, once known
+    prefix: str = ""  # the text of the turn it continues (whose reply was cut before it was heard)
 
 
 @dataclass
@@ -206,6 +214,9 @@ class VoiceLoop:
         self._silent_s = 0.0
         self._silence_reported = False
         self._barge_in_at: float | None = None
+        self._user_quiet = asyncio.Event()  # no user turn open nor speech run: a reply may start to play
+        self._user_quiet.set()
+        self._unheard: _Turn | None = None  # the last turn whose reply was cut before any of it was heard
 
     # ------------------------------------------------------------------ AudioAnalyzer
 
@@ -297,6 +308,14 @@ class VoiceLoop:
                 self._maybe_partial()  # in a pause after an early decode, nothing new to decode
             await self._maybe_check_turn(self._turn)
         self._was_speech = self._endpointer.last_frame_speech
+        self._update_user_quiet()
+
+    def _update_user_quiet(self) -> None:
+        """The user holds the floor while speaking or while their turn is open (pauses between words included)."""
+        if self._turn is None and not self._endpointer.speech_run:
+            self._user_quiet.set()
+        else:
+            self._user_quiet.clear()
 
     def _watch_for_silence(self, samples: np.ndarray) -> None:
         if samples.size and np.abs(samples).max() > 1e-4:
@@ -313,6 +332,7 @@ class VoiceLoop:
     def _start_turn(self) -> None:
         self._turn_count += 1
         self._turn = _Turn(self._turn_count)
+        self._continue_unheard(self._turn)
         self._last_decode, self._shown_partial, self._stable_since = "", "", None
         self._early, self._last_partial, self._checked_frames = None, None, -1
         self._last_partial_at = time.perf_counter()
@@ -350,6 +370,7 @@ class VoiceLoop:
         turn, self._turn = self._turn, None
         if turn is None:
             return
+        self._update_user_quiet()
         turn.end_of_speech = time.perf_counter() - ended.silence_ms / 1000.0
         turn.speech_ms = round(ended.audio.size / 16.0, 1)
         turn.metrics["end_of_turn"] = how
@@ -393,6 +414,9 @@ class VoiceLoop:
             self._cancel_speculation(turn)
             return
         turn.metrics["end_of_speech_to_final_ms"] = self._ms_since(turn.end_of_speech or time.perf_counter())
+        if turn.prefix and text:
+            text = _continued(turn.prefix, text)
+        turn.text = text
         self._send(Transcript, turn=turn.number, text=text, final=True)
         if not text:
             self._cancel_speculation(turn)
@@ -482,6 +506,8 @@ class VoiceLoop:
 
     def _speculate(self, turn: _Turn, text: str, in_pause: bool = False) -> None:
         self._cancel_speculation()
+        if turn.prefix:
+            text = _continued(turn.prefix, text)
         speculation = _Speculation(turn, text, time.perf_counter(), in_pause)
         speculation.task = asyncio.create_task(self._reply(turn, text, speculation), name="voice:speculation")
         self._speculation = speculation
@@ -567,11 +593,12 @@ class VoiceLoop:
                 for chunk in chunks:
                     pcm = await self._synthesize(chunk, first=spoken == 0, clause=spoken == 0)
                     await hold_until_confirmed()  # a speculative reply's first audio waits here, ready
-                    self._play(turn, pcm)
+                    await self._play_reply(turn, pcm, first=spoken == 0)
                     spoken += 1
             await hold_until_confirmed()
             if buffer.strip():
-                self._play(turn, await self._synthesize(buffer, first=spoken == 0, clause=False))
+                pcm = await self._synthesize(buffer, first=spoken == 0, clause=False)
+                await self._play_reply(turn, pcm, first=spoken == 0)
             self._send(Reply, turn=turn.number, done=True)
             self._memory += [ChatMessage("user", text), ChatMessage("assistant", reply_text.strip())]
         except LlmUnavailable as error:
@@ -606,6 +633,13 @@ class VoiceLoop:
         pcm = await loop.run_in_executor(self.engine.tts_executor, tts.synthesize, text)
         pcm = trim_silence(pcm, tts.sample_rate, lead=first, keep_tail_ms=CLAUSE_PAUSE_MS if clause else None)
         return resample_pcm(pcm, tts.sample_rate)
+
+    async def _play_reply(self, turn: _Turn, pcm48: np.ndarray, *, first: bool) -> None:
+        """A reply never starts over the user: if they speak when its first audio is ready (they went on after
+        a pause), it waits for the speech to end, or for the barge-in that cuts it unheard."""
+        if first:
+            await self._user_quiet.wait()
+        self._play(turn, pcm48)
 
     def _play(self, turn: _Turn, pcm48: np.ndarray) -> None:
         if pcm48.size == 0:
@@ -653,6 +687,10 @@ class VoiceLoop:
     async def _barge_in(self) -> None:
         turn = self._replying
         self._barge_in_at = time.perf_counter()
+        if turn is not None and turn.text and turn.audio_queued is None:
+            self._unheard = turn  # nothing of its reply was heard: the user's next words go on from it
+            if self._turn is not None:
+                self._continue_unheard(self._turn)
         if self._reply_task is not None:
             self._reply_task.cancel()
         if self._speculation is not None:
@@ -662,6 +700,14 @@ class VoiceLoop:
         if turn is not None:
             self._send(Event, name="barge_in", data={"turn": turn.number, "dropped_audio_ms": round(dropped / 48, 1)})
         telemetry.VOICE_BARGE_INS.inc()
+
+    def _continue_unheard(self, turn: _Turn) -> None:
+        """The user went on speaking before hearing any of the previous turn's reply: this turn continues it
+        (its text is prefixed to this one's, and the answer is to both)."""
+        unheard, self._unheard = self._unheard, None
+        if unheard is not None and unheard.number == turn.number - 1:
+            turn.prefix = _continued(unheard.prefix, unheard.text) if unheard.prefix else unheard.text
+            turn.metrics["continues_turn"] = unheard.number
 
     def _reply_audio_stopped(self, stop_ms: float) -> None:
         """Called by the reply track when its first silent frame after a flush went out."""

@@ -175,7 +175,7 @@ class AudioOutput(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., sample_rate: _Optional[int] = ...) -> None: ...
 
 class TurnMetrics(_message.Message):
-    __slots__ = ("turn", "speech_ms", "end_of_speech_to_final_ms", "llm_first_token_ms", "first_audio_ms", "voice_to_voice_ms", "barge_in_stop_ms", "prefill", "prefill_saved_ms", "memory_retrieval_ms", "memory_entries", "end_of_turn", "end_of_turn_ms", "turn_score", "turn_model_ms", "final_decode", "speculation", "speculations_discarded", "audio_send_ms")
+    __slots__ = ("turn", "speech_ms", "end_of_speech_to_final_ms", "llm_first_token_ms", "first_audio_ms", "voice_to_voice_ms", "barge_in_stop_ms", "prefill", "prefill_saved_ms", "memory_retrieval_ms", "memory_entries", "end_of_turn", "end_of_turn_ms", "turn_score", "turn_model_ms", "final_decode", "speculation", "speculations_discarded", "audio_send_ms", "continues_turn")
     TURN_FIELD_NUMBER: _ClassVar[int]
     SPEECH_MS_FIELD_NUMBER: _ClassVar[int]
     END_OF_SPEECH_TO_FINAL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +195,7 @@ class TurnMetrics(_message.Message):
     SPECULATION_FIELD_NUMBER: _ClassVar[int]
     SPECULATIONS_DISCARDED_FIELD_NUMBER: _ClassVar[int]
     AUDIO_SEND_MS_FIELD_NUMBER: _ClassVar[int]
+    CONTINUES_TURN_FIELD_NUMBER: _ClassVar[int]
     turn: int
     speech_ms: float
     end_of_speech_to_final_ms: float
@@ -214,7 +215,8 @@ class TurnMetrics(_message.Message):
     speculation: str
     speculations_discarded: int
     audio_send_ms: float
-    def __init__(self, turn: _Optional[int] = ..., speech_ms: _Optional[float] = ..., end_of_speech_to_final_ms: _Optional[float] = ..., llm_first_token_ms: _Optional[float] = ..., first_audio_ms: _Optional[float] = ..., voice_to_voice_ms: _Optional[float] = ..., barge_in_stop_ms: _Optional[float] = ..., prefill: _Optional[str] = ..., prefill_saved_ms: _Optional[float] = ..., memory_retrieval_ms: _Optional[float] = ..., memory_entries: _Optional[int] = ..., end_of_turn: _Optional[str] = ..., end_of_turn_ms: _Optional[float] = ..., turn_score: _Optional[float] = ..., turn_model_ms: _Optional[float] = ..., final_decode: _Optional[str] = ..., speculation: _Optional[str] = ..., speculations_discarded: _Optional[int] = ..., audio_send_ms: _Optional[float] = ...) -> None: ...
+    continues_turn: int
+    def __init__(self, turn: _Optional[int] = ..., speech_ms: _Optional[float] = ..., end_of_speech_to_final_ms: _Optional[float] = ..., llm_first_token_ms: _Optional[float] = ..., first_audio_ms: _Optional[float] = ..., voice_to_voice_ms: _Optional[float] = ..., barge_in_stop_ms: _Optional[float] = ..., prefill: _Optional[str] = ..., prefill_saved_ms: _Optional[float] = ..., memory_retrieval_ms: _Optional[float] = ..., memory_entries: _Optional[int] = ..., end_of_turn: _Optional[str] = ..., end_of_turn_ms: _Optional[float] = ..., turn_score: _Optional[float] = ..., turn_model_ms: _Optional[float] = ..., final_decode: _Optional[str] = ..., speculation: _Optional[str] = ..., speculations_discarded: _Optional[int] = ..., audio_send_ms: _Optional[float] = ..., continues_turn: _Optional[int] = ...) -> None: ...
 
 class ConversationEvent(_message.Message):
     __slots__ = ("name", "data_json")

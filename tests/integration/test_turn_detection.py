@@ -160,6 +160,54 @@ async def test_speculative_reply_plays_when_the_turn_is_confirmed(vigil):
         assert metrics["final_decode"] == "early", metrics  # no second decode of the same speech
 
 
+async def test_user_going_on_before_the_reply_is_heard_continues_the_turn(vigil):
+    """The turn ends on "Could you tell me" (silence end of turn here, so the cut is certain); the user goes on
+    the moment its final transcript arrives, before any reply audio exists (no speculation: the reply starts at
+    the final). The reply never starts over the user: it waits, is cut unheard by the barge-in, and the next turn
+    continues the first: one heard answer, to the whole question."""
+    server = await vigil(voice={**VOICE, "turn_detection": "silence", "end_of_turn_silence_ms": 300,
+                                "prefill": False})
+    first, second = "Could you tell me", "what the weather will be like tomorrow?"
+    async with VoiceCall(server.url) as call:
+        assert call.recorder is not None
+        call.mic.say(silence(0.3))
+        call.mic.say(speech(first))
+        cut = await call.client.next_message("transcript", 60, where=lambda m: m["final"] and m["turn"] == 1)
+        call.mic.say(speech(second))
+        assert "weather" not in _words(cut["text"]), cut
+        await asyncio.wait_for(call.mic.spoken.wait(), 30)
+        question_done = time.perf_counter()
+        messages = await _messages_until_metrics(call, 2)
+        ends = {m["turn"]: m.get("interrupted", False) for m in messages if m["type"] == "reply" and m.get("done")}
+        assert ends == {1: True, 2: False}, ends  # turn 1's reply was cut, turn 2's finished
+        (final,) = [m for m in messages if m["type"] == "transcript" and m["final"] and m["turn"] == 2]
+        assert {"tell", "weather", "tomorrow"} <= _words(final["text"]), final
+        assert messages[-1]["turn"]["continues_turn"] == 1, messages[-1]
+        first_loud = call.recorder.first_loud()
+        assert first_loud is not None and first_loud > question_done, "reply audio while the user was speaking"
+        asked = _session_loop(server).last_request.messages[-1].content.lower()
+        assert "tell me what the weather" in asked, asked
+
+
+async def test_a_reply_never_starts_over_the_user(vigil):
+    """Barge-in off: the user starts a long sentence the moment turn 1 ends; turn 1's reply is ready long before
+    the sentence ends, and waits for it (then plays, or gives way to turn 2's answer) instead of talking over."""
+    server = await vigil(voice={**VOICE, "turn_detection": "silence", "end_of_turn_silence_ms": 300,
+                                "prefill": False, "barge_in": False})
+    async with VoiceCall(server.url) as call:
+        assert call.recorder is not None
+        call.mic.say(silence(0.3))
+        call.mic.say(speech("What is the capital of France?"))
+        await call.client.next_message("transcript", 60, where=lambda m: m["final"] and m["turn"] == 1)
+        call.mic.say(speech("I was also wondering about the long history of the old stone bridges across the "
+                            "wide river in the middle of the city."))  # no comma: no pause that ends a turn
+        await asyncio.wait_for(call.mic.spoken.wait(), 30)
+        question_done = time.perf_counter()
+        await _messages_until_metrics(call, 1)
+        first_loud = call.recorder.first_loud()
+        assert first_loud is not None and first_loud > question_done, "reply audio while the user was speaking"
+
+
 async def _speech_frames_within(track: ReplyAudioTrack, frames: int) -> float:
     """Seconds from enqueueing speech on an idle track until ``frames`` of it have been taken."""
     for _ in range(3):  # idle: silence in real time
