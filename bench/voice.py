@@ -45,7 +45,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from server.client import VigilClient
 from server.config.voice import VoiceSettings
 from server.ice import restrict_host_addresses
-from tests.support.audio import Recorder, ScriptedMicrophone, silence, speech
+from tests.support.audio import Recorder, ScriptedMicrophone, silence, speech, speech_split
 from tests.support.llm_server import LlmServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,9 +81,14 @@ def trimmed(pcm: np.ndarray) -> np.ndarray:
     return pcm[loud[0]: loud[-1] + 1] if loud.size else pcm
 
 
-def paused_question() -> np.ndarray:
+def paused_questions() -> dict[str, np.ndarray]:
+    """The paused question two ways. ``inserted`` (the issue's set): spoken whole, in one intonation as a person
+    pausing mid-sentence does, the pause inserted after "me". ``apart``: each half synthesised as a sentence of its
+    own, so "Could you tell me" ends on a finished-sounding fall (Smart Turn scores it ~0.95): the harder case."""
     first, second = (trimmed(speech(text)) for text in PAUSED)
-    return np.concatenate([first, silence(PAUSE_S), second])
+    before, after = speech_split(" ".join(PAUSED), len(PAUSED[0].split()))
+    return {"inserted": np.concatenate([trimmed(before), silence(PAUSE_S), trimmed(after)]),
+            "apart": np.concatenate([first, silence(PAUSE_S), second])}
 
 
 def free_port() -> int:
@@ -254,7 +259,7 @@ class TimedMicrophone(ScriptedMicrophone):
 class Turn:
     server: str  # "vigil" | "pipecat"
     question: str
-    paused: bool = False
+    paused: str = ""  # the paused question's variant ("inserted", "apart"); "" for the main questions
     heard_ms: float | None = None  # None: no reply heard
     cut_off: bool = False
     answered: list[str] = field(default_factory=list)  # the user text(s) the server answered
@@ -322,7 +327,7 @@ class Peer:
                 return
             await asyncio.sleep(0.05)
 
-    async def ask(self, text: str, pcm: np.ndarray, paused: bool) -> Turn:
+    async def ask(self, text: str, pcm: np.ndarray, paused: str) -> Turn:
         await self.quiet(1.0, 0.0, 90)  # nothing left of an earlier reply
         self.mic.say(silence(0.3))
         started = time.perf_counter()
@@ -458,7 +463,7 @@ class Session:
         self.peer: Peer | None = None
         self.count = 0
 
-    async def ask(self, text: str, pcm: np.ndarray, paused: bool = False) -> Turn:
+    async def ask(self, text: str, pcm: np.ndarray, paused: str = "") -> Turn:
         if self.peer is None or self.count >= self.limit:
             await self.close()
             self.peer, self.count = self.make(), 0
@@ -552,9 +557,9 @@ def report(turns: list[Turn], vigils: dict[str, str]) -> None:
     print("\n== pipecat's own service timings (its metrics frames; the first of each name per question)")
     breakdown([t.metrics[0] for t in main if t.server == "pipecat" and t.metrics])
 
-    paused = [t for t in turns if t.paused]
-    if paused:
-        print(f"\n== paused question ({PAUSE_S * 1000:.0f} ms pause): {' ... '.join(PAUSED)!r}")
+    for variant in dict.fromkeys(t.paused for t in turns if t.paused):
+        paused = [t for t in turns if t.paused == variant]
+        print(f"\n== paused question, {variant} ({PAUSE_S * 1000:.0f} ms pause): {' ... '.join(PAUSED)!r}")
         for name in names:
             mine = [t for t in paused if t.server == name]
             cut = sum(t.cut_off for t in mine)
@@ -606,7 +611,7 @@ async def run(args: argparse.Namespace, pipecat_python: Path, roots: dict[str, t
         print(f"{name} from {source}", flush=True)
     print(f"pipecat 1.14.0 from {pipecat_python.parent.parent}; logs in {logs}", flush=True)
     questions = {text: trimmed(speech(text)) for text in QUESTIONS}
-    paused_pcm = paused_question()
+    paused_pcm = paused_questions()
     vigils = {name: VigilServer(root, logs / f"{name.replace(':', '-')}.log") for name, (root, _) in roots.items()}
     # llama.cpp's own HTTP server with the same GGUF and settings as Vigil's embedded one, but for the threads:
     # see --peer-llm-threads.
@@ -631,10 +636,10 @@ async def run(args: argparse.Namespace, pipecat_python: Path, roots: dict[str, t
             text = QUESTIONS[k % len(QUESTIONS)]
             turns.append(await sessions[name].ask(text, questions[text]))
             show(turns[-1], index)
-        if args.paused:
-            print(f"paused question ({args.paused} per server):", flush=True)
+        for variant, pcm in paused_pcm.items() if args.paused else ():
+            print(f"paused question, {variant} ({args.paused} per server):", flush=True)
             for index, (_, name) in enumerate(order(args.paused, list(sessions)), 1):
-                turns.append(await sessions[name].ask(" ... ".join(PAUSED), paused_pcm, paused=True))
+                turns.append(await sessions[name].ask(" ... ".join(PAUSED), pcm, paused=variant))
                 show(turns[-1], index)
     finally:
         for session in sessions.values():

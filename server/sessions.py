@@ -30,6 +30,7 @@ from pipelines.session import (
 )
 from server import __version__
 from server.config import Settings
+from server.jitter import lower_audio_latency
 from server.metrics import SESSIONS
 
 log = logging.getLogger(__name__)
@@ -232,6 +233,8 @@ class SessionRegistry:
             if track.kind not in ("audio", "video"):
                 return
             pipeline.add_track(track.kind)
+            if track.kind == "audio":
+                lower_audio_latency(pc, track)
             if track.kind == "audio" and pipeline.audio_output is not None:
                 pc.addTrack(pipeline.audio_output)  # replies go back on the same (sendrecv) transceiver
             feed = pipeline.feed_video if track.kind == "video" else pipeline.feed_audio

@@ -33,6 +33,9 @@ async def test_stream_file_gets_hello_and_counts_then_delete_frees_everything(vi
     counts = metrics["media"]
     assert counts["video"]["frames_sampled"] <= counts["video"]["frames_in"]
     assert counts["audio"]["samples_in"] > 0
+    # Inbound audio is released one packet after it arrives (server/jitter.py), not aiortc's four.
+    (audio_receiver,) = [r for r in server.sessions.sessions[session_id].pc.getReceivers() if r.track.kind == "audio"]
+    assert audio_receiver._RTCRtpReceiver__jitter_buffer._prefetch == 1
 
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{server.url}/api/sessions") as response:
