@@ -24,6 +24,7 @@ from models.embeddings import TextEmbedder
 from models.llm import LanguageModel
 from models.llm_backends import LANGUAGE_MODELS
 from models.registry import BackendConfig, Registry
+from models.stt import WhisperStt
 from models.stt_backends import SPEECH_TO_TEXT
 from models.stt_backends.whisper import WhisperConfig
 from models.tts import TextToSpeech
@@ -149,7 +150,7 @@ class Engines:
     def llm(self) -> LanguageModel:
         return self._once("llm", lambda: self._backend(LANGUAGE_MODELS, self.settings.models.llm))
 
-    def stt(self) -> Any:  # the live STT backend (models.stt.WhisperStt)
+    def stt(self) -> WhisperStt:
         return self._once("stt", lambda: self._backend(SPEECH_TO_TEXT, self.settings.models.stt))
 
     def tts(self) -> TextToSpeech:

@@ -4,11 +4,15 @@ with ``SPEECH_TO_TEXT``; every module here is loaded on import. Heavy imports st
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from models.registry import Registry
 
-# What a live STT backend returns: today WhisperStt's interface (transcribe, transcribe_live, name).
-SPEECH_TO_TEXT: Registry[Any] = Registry("stt", default="whisper")
+if TYPE_CHECKING:
+    from models.stt import WhisperStt
+
+# What a live STT backend returns: WhisperStt's interface (name, transcribe, transcribe_live), which the voice
+# loop and gRPC call.
+SPEECH_TO_TEXT: Registry[WhisperStt] = Registry("stt", default="whisper")
 
 SPEECH_TO_TEXT.discover(sys.modules[__name__])

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
 from models.registry import BackendConfig
 from models.stt_backends import SPEECH_TO_TEXT
+
+if TYPE_CHECKING:
+    from models.stt import WhisperStt
 
 
 class WhisperConfig(BackendConfig):
@@ -24,7 +27,7 @@ class WhisperConfig(BackendConfig):
 
 
 @SPEECH_TO_TEXT.register(WhisperConfig)
-def build(config: WhisperConfig):  # -> models.stt.WhisperStt
+def build(config: WhisperConfig) -> WhisperStt:
     from models.stt import WhisperStt
 
     return WhisperStt(config.model_dir, device=config.device, compute_type=config.compute_type,
