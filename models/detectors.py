@@ -4,9 +4,6 @@ app's engines), so there is no process-wide cache here."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from models import detector_backends
 from models.detector import Detector
 from models.registry import BackendConfig, Registry
@@ -19,5 +16,4 @@ def load_detector(config: BackendConfig) -> Detector | None:
     return DETECTORS.build(config)
 
 
-for _module in pkgutil.iter_modules(detector_backends.__path__):  # each registers itself on import
-    importlib.import_module(f"{detector_backends.__name__}.{_module.name}")
+DETECTORS.discover(detector_backends)  # each module registers itself on import

@@ -5,12 +5,17 @@ needs no other change."""
 
 from __future__ import annotations
 
+import importlib
+import logging
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Annotated, Any, Generic, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Tag
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Tag
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 C = TypeVar("C", bound="BackendConfig")
 
@@ -27,18 +32,27 @@ class Backend(Generic[T]):
     name: str
     config: type[BackendConfig]
     build: Callable[[Any], T]
+    # The built object holds event-loop resources (HTTP sessions, tasks), so it is built once per app and closed
+    # with it; otherwise it holds only weights and one loaded instance may serve several apps in one process.
+    per_app: bool = False
 
 
 class Registry(Generic[T]):
     """The backends of one kind (detector, ...), in registration order; ``default`` is taken when a config
-    section gives no ``backend`` (so ``models.detector.weights`` alone still means the default backend)."""
+    section gives no ``backend`` (so ``models.detector.weights`` alone still means the default backend).
 
-    def __init__(self, kind: str, default: str) -> None:
+    A key that no backend of the kind declares is always refused. ``ignore_other_backends_keys``: a key that only
+    another backend declares is dropped with a warning instead of refused, for a kind whose section was one flat
+    model before its backends were split (``models.llm.api_key`` with the embedded LLM was accepted, unused)."""
+
+    def __init__(self, kind: str, default: str, *, ignore_other_backends_keys: bool = False) -> None:
         self.kind, self.default = kind, default
+        self.ignore_other_backends_keys = ignore_other_backends_keys
         self.backends: dict[str, Backend[T]] = {}
 
-    def register(self, config: type[C]) -> Callable[[Callable[[C], T]], Callable[[C], T]]:
-        """Decorate the builder of ``config``'s backend (the name is the default of its ``backend`` field)."""
+    def register(self, config: type[C], *, per_app: bool = False) -> Callable[[Callable[[C], T]], Callable[[C], T]]:
+        """Decorate the builder of ``config``'s backend (the name is the default of its ``backend`` field);
+        ``per_app``: see ``Backend.per_app``."""
         name = config.model_fields["backend"].default
         if not isinstance(name, str):
             raise TypeError(f"{config.__name__}.backend needs its name as the default")
@@ -46,13 +60,21 @@ class Registry(Generic[T]):
         def add(build: Callable[[C], T]) -> Callable[[C], T]:
             if name in self.backends:
                 raise ValueError(f"{self.kind} backend {name!r} is registered twice")
-            self.backends[name] = Backend(name, config, build)
+            self.backends[name] = Backend(name, config, build, per_app)
             return build
 
         return add
 
     def build(self, config: BackendConfig) -> T:
         return self.backends[config.backend].build(config)
+
+    def backend(self, config: BackendConfig) -> Backend[T]:
+        return self.backends[config.backend]
+
+    def discover(self, package: ModuleType) -> None:
+        """Import every module of ``package`` (each registers its backend on import)."""
+        for module in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{package.__name__}.{module.name}")
 
     def default_config(self) -> BackendConfig:
         return self.backends[self.default].config()
@@ -67,4 +89,20 @@ class Registry(Generic[T]):
             return getattr(value, "backend", default)
 
         members = tuple(Annotated[b.config, Tag(b.name)] for b in self.backends.values())
-        return Annotated[Union[members], Discriminator(which)]  # noqa: UP007  (a runtime tuple of members)
+        union = Annotated[Union[members], Discriminator(which)]  # noqa: UP007  (a runtime tuple of members)
+        if self.ignore_other_backends_keys:
+            return Annotated[union, BeforeValidator(self._drop_other_backends_keys)]
+        return union
+
+    def _drop_other_backends_keys(self, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        name = value.get("backend", self.default)
+        if name not in self.backends:
+            return value  # refused by the union, naming the registered backends
+        own = set(self.backends[name].config.model_fields)
+        others = {key for b in self.backends.values() for key in b.config.model_fields} - own
+        dropped = sorted(key for key in value if key in others)
+        if dropped:  # key names only: values may be secrets
+            log.warning("models.%s: %s not used by backend %r: ignored", self.kind, ", ".join(dropped), name)
+        return {key: item for key, item in value.items() if key not in dropped}

@@ -12,7 +12,7 @@ from server.audio_api import setup_audio_api
 from server.auth import auth_middleware
 from server.cluster import setup_cluster
 from server.config import Settings
-from server.engines import ENGINES, Engines
+from server.engines import ENGINES, Engines, ModelPool
 from server.errors import json_errors
 from server.events_api import setup_events_api
 from server.grpc_api.service import setup_grpc
@@ -36,11 +36,13 @@ async def _index(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(index)
 
 
-def create_app(settings: Settings, analyzers: Analyzers | None = None) -> web.Application:
-    """``analyzers`` defaults to the models the config names (loaded here, once)."""
+def create_app(settings: Settings, analyzers: Analyzers | None = None,
+               models: ModelPool | None = None) -> web.Application:
+    """``analyzers`` defaults to the models the config names (loaded here, once). ``models``: loaded weights to
+    take from (and add to) instead of the app's own pool; its owner closes it (tests share one between apps)."""
     restrict_host_addresses(settings.webrtc.host_addresses)
-    engines = Engines(settings, analyzers)  # loads the session models now (seconds); the rest on first use
-    analyzers = engines.analyzers
+    engines = Engines(settings, analyzers, models)
+    analyzers = engines.analyzers  # loads the session models now (seconds); the rest on first use
     token = settings.auth.token.get_secret_value() if settings.auth.token else None
     app = web.Application(
         middlewares=[json_errors, auth_middleware(token)],

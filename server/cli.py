@@ -51,7 +51,7 @@ def _config_show(args: argparse.Namespace) -> int:
 def _analyze(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from server.engines import build_analyzers
+    from server.engines import Engines
     from server.offline import analyze_file
 
     overrides = {"video": {"target_fps": args.fps}} if args.fps else None
@@ -76,7 +76,7 @@ def _analyze(args: argparse.Namespace) -> int:
             bar.update(seconds - bar.n)
 
     try:
-        state = asyncio.run(analyze_file(args.file, settings, write, build_analyzers(settings), on_progress=progress,
+        state = asyncio.run(analyze_file(args.file, settings, write, Engines(settings), on_progress=progress,
                                          events_dir=args.events_dir))
     finally:
         bar.close()

@@ -2,16 +2,14 @@
 pipeline or model takes from its section of ``Settings``. Every field is named on both sides, so a field renamed
 or added on one side fails here (and in ``tests/unit/test_config_mapping.py``), instead of being dropped by a
 name match. The lower layers' own defaults serve their direct callers (tests, benches); the server always
-passes every value from the config.
+passes every value from the config. A backend's config (``models.<kind>``) needs no function here: the backend
+module declares it and maps it itself (e.g. ``models/llm_backends/openai.py`` to the router's dataclasses).
 """
 
 from __future__ import annotations
 
-from pydantic import SecretStr
-
-from models.router import ANY_MODEL, RoutingConfig, UpstreamConfig
 from pipelines.voice.loop import VoiceLoopConfig
-from server.config import LlmModel, LlmRouting, VoiceSettings
+from server.config import VoiceSettings
 
 # Settings fields deliberately not passed down, per boundary (each with its reason).
 VOICE_SETTINGS_NOT_PASSED = {"enabled": "decides whether the loop is built at all (server.engines)"}
@@ -43,38 +41,3 @@ def voice_loop_config(voice: VoiceSettings, origin: str) -> VoiceLoopConfig:
         silent_track_s=voice.silent_track_s,
         reply_burst_ms=voice.reply_burst_ms,
     )
-
-
-def routing_config(routing: LlmRouting) -> RoutingConfig:
-    """``models.llm.routing`` -> the LLM router's strategy and timings."""
-    return RoutingConfig(
-        strategy=routing.strategy,
-        saturation=routing.saturation,
-        health_interval_s=routing.health_interval_s,
-        health_timeout_s=routing.health_timeout_s,
-        request_timeout_s=routing.request_timeout_s,
-        latency_alpha=routing.latency_alpha,
-        max_attempts=routing.max_attempts,
-        affinity_conversations=routing.affinity_conversations,
-        probe_interval_s=routing.probe_interval_s,
-    )
-
-
-def _secret(value: SecretStr | None) -> str | None:
-    return value.get_secret_value() if value else None
-
-
-def upstream_configs(llm: LlmModel) -> list[UpstreamConfig]:
-    """``models.llm`` (openai backend) -> the router's upstreams; a plain ``base_url`` is one upstream serving any
-    model name, first."""
-    upstreams = [
-        UpstreamConfig(
-            name=u.name, base_url=u.base_url, models=tuple(u.models), api_key=_secret(u.api_key), cost=u.cost,
-            context_window=u.context_window,
-        )
-        for u in llm.upstreams
-    ]
-    if llm.base_url:
-        upstreams.insert(0, UpstreamConfig(name="default", base_url=llm.base_url, models=(ANY_MODEL,),
-                                           api_key=_secret(llm.api_key)))
-    return upstreams

@@ -1,26 +1,34 @@
-"""Model engines built from the config. ``Engines`` is the app's set: built once per app (the session models at
-start-up, the rest on first use), handed to the sessions and sources, the chat service, the audio API and gRPC,
-and closed with the app. Weights load once per process (``_shared``): several apps in one process (tests) share
-them."""
+"""The app's models. ``Engines`` is built once per app (or CLI command), owned by it and handed to the sessions and
+sources, the chat service, the audio API, gRPC and the CLI; it builds each model once, the session models at
+start-up and the rest on first use, and closes them with the app.
+
+There is no process-wide model cache: loaded weights live in a ``ModelPool``. An ``Engines`` makes its own
+unless given one; a process that starts many apps (the test suite) builds one pool and hands it to each app, so
+each set of weights loads once. Backends that hold event-loop resources (``per_app`` in their registration, e.g.
+the LLM router) are never pooled: each app builds and closes its own."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
-import weakref
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
 from models.batch_stt import BatchedWhisper
 from models.detectors import load_detector
 from models.embeddings import TextEmbedder
-from models.llm import EmbeddedLlm, LanguageModel
-from models.packaged import ModelNotAvailable
-from models.router import RoutedLlm
+from models.llm import LanguageModel
+from models.llm_backends import LANGUAGE_MODELS
+from models.registry import BackendConfig, Registry
 from models.stt import WhisperStt
-from models.tts import EspeakTts, PiperTts, TextToSpeech
+from models.stt_backends import SPEECH_TO_TEXT
+from models.stt_backends.whisper import WhisperConfig
+from models.tts import TextToSpeech
+from models.tts_backends import TEXT_TO_SPEECH
 from models.turn import SmartTurnV3
 from models.vad import SileroVadModel
 from pipelines.video.analyzer import DetectorVideoAnalyzer
@@ -32,33 +40,42 @@ from server.sessions import Analyzers
 
 log = logging.getLogger(__name__)
 
-_models: dict[tuple[Any, ...], Any] = {}
-_models_lock = threading.Lock()
+T = TypeVar("T")
 
 
-def _shared(key: tuple[Any, ...], load: Callable[[], Any]) -> Any:
-    """Load a blocking model once per process (tests and several apps in one process share it)."""
-    with _models_lock:
-        if key not in _models:
-            _models[key] = load()
-        return _models[key]
+class ModelPool:
+    """Loaded models keyed by what they were loaded from (kind and config); loading blocks, so ask from a worker
+    thread. Whoever makes a pool owns it and closes it (``close``) when no app uses it any more."""
 
+    def __init__(self) -> None:
+        self._models: dict[tuple[Any, ...], Any] = {}
+        self._lock = threading.Lock()
 
-def build_analyzers(settings: Settings) -> Analyzers:
-    """Load the configured models (blocking, seconds); raises ModelNotAvailable with a how-to message."""
-    analyzers = Analyzers()
-    if settings.models.detector.backend != "none":
-        batcher = build_batcher(settings)
-        analyzers.video = lambda: DetectorVideoAnalyzer(batcher)
-        analyzers.closers.append(batcher.close)
-    if settings.voice.enabled:
-        engine = build_voice_engine(settings)
-        analyzers.audio = lambda origin: VoiceLoop(engine, voice_loop_config(settings, origin))
-        analyzers.closers.append(engine.close)
-    return analyzers
+    def get(self, key: tuple[Any, ...], load: Callable[[], T]) -> T:
+        with self._lock:  # one load at a time: two apps asking for the same weights load them once
+            if key not in self._models:
+                started = time.perf_counter()
+                self._models[key] = load()
+                log.info("%s model loaded in %.1f s", key[0], time.perf_counter() - started)
+            return self._models[key]
+
+    def backend(self, registry: Registry[T], config: BackendConfig) -> T:
+        """``registry``'s model for ``config``, loaded once per pool (the caller must not close it)."""
+        return self.get((registry.kind, config.model_dump_json()), lambda: registry.build(config))
+
+    async def close(self) -> None:
+        with self._lock:
+            models, self._models = list(self._models.values()), {}
+        for model in models:
+            close = getattr(model, "close", None)
+            if close is not None:
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
 
 
 def build_batcher(settings: Settings) -> InferenceBatcher:
+    """The detector (loaded now, for this app alone: its batcher thread is its only caller) and its batcher."""
     detector = load_detector(settings.models.detector)
     if detector is None:
         raise ValueError("models.detector.backend is 'none': there is no detector to batch for")
@@ -66,138 +83,117 @@ def build_batcher(settings: Settings) -> InferenceBatcher:
     return InferenceBatcher(detector, max_batch=settings.video.max_batch, max_wait_ms=settings.video.max_wait_ms)
 
 
-def build_llm(settings: Settings) -> LanguageModel:
-    config = settings.models.llm
-    if config.backend == "openai":
-        if not config.base_url and not config.upstreams:
-            raise ModelNotAvailable("models.llm.backend is 'openai' but neither models.llm.base_url nor "
-                                    "models.llm.upstreams is set")
-        return _shared_router(settings)
-    return _shared(("llm", config.model_path), lambda: EmbeddedLlm(config.model_path))
-
-
-_routers: dict[int, RoutedLlm] = {}
-
-
-def _shared_router(settings: Settings) -> RoutedLlm:
-    """One router per Settings object, i.e. per app and event loop (it holds HTTP sessions and a health-check
-    task): the voice loop, the chat API and gRPC share its in-flight counts, latency averages and health state.
-    The app closes it on cleanup (``close_shared_llm``)."""
-    key = id(settings)
-    with _models_lock:
-        if key not in _routers:
-            _routers[key] = build_router(settings)
-            weakref.finalize(settings, _routers.pop, key, None)
-        return _routers[key]
-
-
-async def close_shared_llm(settings: Settings) -> None:
-    """Close the app's router once, when the app is done with it (the voice loop, the chat API and gRPC only use
-    it). The embedded model is process-wide and stays loaded."""
-    with _models_lock:
-        router = _routers.pop(id(settings), None)
-    if router is not None:
-        await router.close()
-
-
-def build_router(settings: Settings) -> RoutedLlm:
-    """The openai backend: every configured upstream behind one router; a plain base_url is one upstream that
-    serves any model name (as before routing existed)."""
-    config = settings.models.llm
-    return RoutedLlm(config_mapping.upstream_configs(config), config.model,
-                     config_mapping.routing_config(config.routing))
-
-
-def build_stt(settings: Settings) -> WhisperStt:
-    stt = settings.models.stt
-    return _shared(("stt", stt.model_dir, stt.device, stt.compute_type, stt.short_window),
-                   lambda: WhisperStt(stt.model_dir, device=stt.device, compute_type=stt.compute_type,
-                                      short_window=stt.short_window))
-
-
-def build_batch_stt(settings: Settings) -> BatchedWhisper:
-    """The batch transcription model: its own instance (apart from the live one), once per process and config;
-    one CTranslate2 worker per job thread plus one for direct requests."""
-    config, stt = settings.transcription, settings.models.stt
-    model_dir = config.model_dir or stt.model_dir
-    return _shared(("batch-stt", model_dir, stt.device, stt.compute_type, config.cpu_threads, config.workers),
-                   lambda: BatchedWhisper(model_dir, device=stt.device, compute_type=stt.compute_type,
-                                          cpu_threads=config.cpu_threads, num_workers=config.workers + 1))
-
-
-def build_tts(settings: Settings) -> TextToSpeech:
-    config = settings.models.tts
-    if config.backend == "espeak":
-        return EspeakTts(config.voice or "en-us")
-    return _shared(("piper", config.voice), lambda: PiperTts(config.voice))
-
-
-def build_voice_engine(settings: Settings) -> VoiceEngine:
-    engine = VoiceEngine(
-        vad=_shared(("vad",), SileroVadModel),
-        stt=build_stt(settings),
-        llm=build_llm(settings),
-        tts=build_tts(settings),
-        turn=_shared(("smart-turn",), SmartTurnV3) if settings.voice.turn_detection == "smart-turn" else None,
-    )
-    log.info("voice loop models: %s", engine.names)
-    return engine
+def voice_loop_config(settings: Settings, origin: str) -> VoiceLoopConfig:
+    """One session's voice loop config (``server.config_mapping.voice_loop_config`` on ``settings.voice``)."""
+    return config_mapping.voice_loop_config(settings.voice, origin)
 
 
 class Engines:
-    """The app's models. ``analyzers`` (detector batcher, voice loop) are built at start-up, because every session
-    needs them; the others (chat LLM and embedder, gRPC's STT, batch STT, TTS) when first asked for, on the
-    caller's thread (call them from a worker thread: they block while loading)."""
+    """The models of one app. ``analyzers`` (detector batcher, voice loop) are what every session needs: the app
+    builds them at start-up (first access); the others (chat LLM and embedder, gRPC's STT, batch STT, TTS) when
+    first asked for, on the caller's thread (call them from a worker thread: they block while loading). One LLM
+    per app: the voice loop, the chat service and gRPC share its state (a router's in-flight counts, health)."""
 
-    def __init__(self, settings: Settings, analyzers: Analyzers | None = None) -> None:
+    def __init__(self, settings: Settings, analyzers: Analyzers | None = None, models: ModelPool | None = None) -> None:
         self.settings = settings
-        self.analyzers = analyzers if analyzers is not None else build_analyzers(settings)
-        self._lock = threading.Lock()
+        self.models = models if models is not None else ModelPool()
+        self._owns_models = models is None
+        self._analyzers = analyzers
+        self._lock = threading.RLock()  # the analyzers build the LLM, STT and TTS through the same methods
         self._built: dict[str, Any] = {}
+        self._per_app: list[Any] = []  # built for this app alone (not pooled): closed with it
 
-    def _once(self, name: str, build: Callable[[], Any]) -> Any:
+    def _once(self, name: str, build: Callable[[], T]) -> T:
         with self._lock:
             if name not in self._built:
                 self._built[name] = build()
             return self._built[name]
 
-    def llm(self) -> LanguageModel:
-        return self._once("llm", lambda: build_llm(self.settings))
+    def _backend(self, registry: Registry[T], config: BackendConfig) -> T:
+        if registry.backend(config).per_app:
+            model = registry.build(config)
+            self._per_app.append(model)
+            return model
+        return self.models.backend(registry, config)
 
-    def embedder(self) -> TextEmbedder:
-        return self._once("embedder", lambda: build_embedder(self.settings))
+    @property
+    def analyzers(self) -> Analyzers:
+        """The session models (blocking on first access: the app takes them at start-up)."""
+        with self._lock:
+            if self._analyzers is None:
+                self._analyzers = self._build_analyzers()
+            return self._analyzers
+
+    def _build_analyzers(self) -> Analyzers:
+        settings = self.settings
+        analyzers = Analyzers()
+        if settings.models.detector.backend != "none":
+            batcher = build_batcher(settings)
+            analyzers.video = lambda: DetectorVideoAnalyzer(batcher)
+            analyzers.closers.append(batcher.close)
+        if settings.voice.enabled:
+            engine = self.voice_engine()
+            analyzers.audio = lambda origin: VoiceLoop(engine, voice_loop_config(settings, origin))
+            analyzers.closers.append(engine.close)
+        return analyzers
+
+    def voice_engine(self) -> VoiceEngine:
+        """The voice loop's models (its executors are its own: one engine per app)."""
+        turn = None
+        if self.settings.voice.turn_detection == "smart-turn":
+            turn = self.models.get(("smart-turn",), SmartTurnV3)
+        engine = VoiceEngine(vad=self.models.get(("vad",), SileroVadModel), stt=self.stt(), llm=self.llm(),
+                             tts=self.tts(), turn=turn)
+        log.info("voice loop models: %s", engine.names)
+        return engine
+
+    def llm(self) -> LanguageModel:
+        return self._once("llm", lambda: self._backend(LANGUAGE_MODELS, self.settings.models.llm))
 
     def stt(self) -> WhisperStt:
-        return self._once("stt", lambda: build_stt(self.settings))
-
-    def batch_stt(self) -> BatchedWhisper:
-        return self._once("batch_stt", lambda: build_batch_stt(self.settings))
+        return self._once("stt", lambda: self._backend(SPEECH_TO_TEXT, self.settings.models.stt))
 
     def tts(self) -> TextToSpeech:
-        return self._once("tts", lambda: build_tts(self.settings))
+        return self._once("tts", lambda: self._backend(TEXT_TO_SPEECH, self.settings.models.tts))
+
+    def embedder(self) -> TextEmbedder:
+        """MiniLM: the chat API's semantic cache and the memory's vectors."""
+
+        def load() -> TextEmbedder:
+            from models.embeddings import MiniLmEmbedder  # deferred: imports torch
+
+            return MiniLmEmbedder()
+
+        return self._once("embedder", lambda: self.models.get(("embedder",), load))
+
+    def batch_stt(self) -> BatchedWhisper:
+        """Batch transcription's Whisper: its own instance (apart from the live one); one CTranslate2 worker per
+        job thread plus one for direct requests. Whisper's keys come from ``models.stt`` when that is Whisper."""
+        config = self.settings.transcription
+        live = self.settings.models.stt
+        whisper = live if isinstance(live, WhisperConfig) else WhisperConfig()
+        model_dir = config.model_dir or whisper.model_dir
+        key = ("batch-stt", model_dir, whisper.device, whisper.compute_type, config.cpu_threads, config.workers)
+        return self._once("batch_stt", lambda: self.models.get(key, lambda: BatchedWhisper(
+            model_dir, device=whisper.device, compute_type=whisper.compute_type, cpu_threads=config.cpu_threads,
+            num_workers=config.workers + 1)))
 
     def loaded(self, name: str) -> bool:
         return name in self._built
 
     async def close_session_models(self) -> None:
         """On shutdown, once the sessions are closed."""
-        await self.analyzers.close()
+        if self._analyzers is not None:
+            await self._analyzers.close()
 
     async def close(self) -> None:
         """On cleanup, after every handler has finished (a chat stream may still use the router at shutdown)."""
-        await close_shared_llm(self.settings)
+        models, self._per_app = self._per_app, []
+        for model in models:
+            await model.close()
+        if self._owns_models:
+            await self.models.close()
 
 
 ENGINES = web.AppKey("engines", Engines)
 
-
-def voice_loop_config(settings: Settings, origin: str) -> VoiceLoopConfig:
-    """One session's voice loop config (``server.config_mapping.voice_loop_config`` on ``settings.voice``)."""
-    return config_mapping.voice_loop_config(settings.voice, origin)
-
-
-def build_embedder(settings: Settings) -> TextEmbedder:
-    """The sentence embedder of the chat API's semantic cache (loaded once per process)."""
-    from models.embeddings import MiniLmEmbedder  # deferred: imports torch
-
-    return _shared(("embedder",), MiniLmEmbedder)

@@ -11,7 +11,7 @@ from pipelines.clock import VirtualClock
 from pipelines.protocol import Event, ServerMessage
 from pipelines.sources.container import ContainerSource, SourceState
 from server.config import Settings
-from server.engines import close_shared_llm
+from server.engines import Engines
 from server.events_api import open_timeline, recorder_factory
 from server.sessions import Analyzers
 
@@ -20,15 +20,17 @@ async def analyze_file(
     path: Path,
     settings: Settings,
     write: Callable[[ServerMessage], None],
-    analyzers: Analyzers | None = None,
+    engines: Engines | None = None,
     on_progress: Callable[[float, float | None], None] | None = None,
     events_dir: Path | None = None,
 ) -> SourceState:
-    """Run the session pipeline over ``path``; every message goes to ``write``. Deterministic.
+    """Run the session pipeline over ``path``; every message goes to ``write``. Deterministic. ``engines``: the
+    models (the same ``Engines`` as ``vigil serve``; None: counting only), closed here when done.
 
     ``events_dir``: also store the timeline there (events with clips and snapshots, as ``storage.data_dir`` of a
     server; a server pointed at it lists and serves them)."""
-    analyzers = analyzers or Analyzers()
+    engines = engines or Engines(settings, Analyzers())
+    analyzers = await asyncio.to_thread(lambda: engines.analyzers)  # loads the models (blocking) off the loop
     store, recorder = None, None
     if events_dir is not None:
         settings = settings.model_copy(update={"storage": settings.storage.model_copy(
@@ -56,6 +58,6 @@ async def analyze_file(
         if store is not None:
             await asyncio.to_thread(executor.shutdown, True)
             await asyncio.to_thread(store.close)
-        await analyzers.close()
-        await close_shared_llm(settings)  # the voice loop's router, when the LLM is an HTTP upstream
+        await engines.close_session_models()
+        await engines.close()  # e.g. the voice loop's router, when the LLM is an HTTP upstream
     return reader.state

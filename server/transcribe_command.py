@@ -46,16 +46,15 @@ def run_transcribe(args: argparse.Namespace) -> int:
         return run_remote_transcribe(args)
     from tqdm import tqdm
 
-    from models.batch_stt import BatchedWhisper
     from pipelines.batch.decode import AudioDecodeError, decode_audio_file
     from pipelines.batch.engine import transcribe_audio
     from pipelines.batch.formats import FILE_EXTENSIONS, as_json, as_text
+    from server.engines import Engines
 
     overrides = {"transcription": {"batch_size": args.batch_size}} if args.batch_size else None
     settings = load_settings(args.config, overrides)
-    config, stt = settings.transcription, settings.models.stt
-    model = BatchedWhisper(config.model_dir or stt.model_dir, device=stt.device, compute_type=stt.compute_type,
-                           cpu_threads=config.cpu_threads)
+    config = settings.transcription
+    model = Engines(settings).batch_stt()  # the same batch Whisper as `vigil serve`'s
     try:
         model.check_language(args.language)
     except ValueError as error:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from aiohttp import web
 
 from server.app import create_app
 from server.config import Settings, load_settings
+from server.engines import ModelPool
 from server.sessions import Analyzers
 from server.state import SESSIONS, SOURCES
 from tests.support.media import make_clip
@@ -60,8 +61,18 @@ class RunningServer:
 ServerFactory = Callable[..., "asyncio.Future[RunningServer]"]
 
 
+@pytest.fixture(scope="session")
+def model_pool() -> Iterator[ModelPool]:
+    """The loaded models every in-process server of the test session takes its weights from (each app still
+    builds its own engines, LLM router and detector): handed to each app explicitly, so Whisper, Piper, the LLM
+    and MiniLM load once per test session, as they load once per ``vigil serve``."""
+    pool = ModelPool()
+    yield pool
+    asyncio.run(pool.close())
+
+
 @pytest.fixture
-async def vigil(clip_dir: Path, tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+async def vigil(clip_dir: Path, tmp_path: Path, model_pool: ModelPool) -> AsyncIterator[Callable[..., Any]]:
     """Start a real server: ``await vigil(**overrides)`` -> RunningServer; all are stopped afterwards."""
     runners: list[web.AppRunner] = []
 
@@ -83,7 +94,7 @@ async def vigil(clip_dir: Path, tmp_path: Path) -> AsyncIterator[Callable[..., A
             else:
                 base.setdefault(section, {}).update(values)
         settings = load_settings(None, base)
-        app = create_app(settings, analyzers)
+        app = create_app(settings, analyzers, models=model_pool)
         runner = web.AppRunner(app, shutdown_timeout=2.0)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

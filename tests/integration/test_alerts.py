@@ -18,7 +18,7 @@ from models.stt import WhisperStt
 from pipelines.voice.audio import OUT_RATE, resample_pcm
 from server.client import VigilClient
 from server.config import load_settings
-from server.engines import build_analyzers
+from server.engines import Engines
 from tests.support.audio import Recorder, ScriptedMicrophone, rms, silence, speech
 from tests.support.media import sliding_person
 
@@ -137,8 +137,10 @@ class ZoneEntryWhenToldAnalyzerForTest:
                                inference_ms=0.0, model=self.name, events=events)
 
 
-async def test_an_alert_due_while_the_user_speaks_waits_for_the_turn_to_end(vigil, slide: Path, tmp_path: Path):
-    analyzers = build_analyzers(load_settings(None, {"voice": VOICE, "models": {"detector": {"backend": "none"}}}))
+async def test_an_alert_due_while_the_user_speaks_waits_for_the_turn_to_end(vigil, model_pool, slide: Path,
+                                                                           tmp_path: Path):
+    settings = load_settings(None, {"voice": VOICE, "models": {"detector": {"backend": "none"}}})
+    analyzers = Engines(settings, models=model_pool).analyzers
     ZoneEntryWhenToldAnalyzerForTest.fire = asyncio.Event()
     analyzers.video = ZoneEntryWhenToldAnalyzerForTest
     server = await vigil(analyzers, voice=VOICE, storage={"data_dir": str(tmp_path / "events"), "clips": False})
@@ -173,8 +175,9 @@ async def test_an_alert_due_while_the_user_speaks_waits_for_the_turn_to_end(vigi
     assert sorted(kinds) == ["alert", "reply", "transcript"], kinds
 
 
-async def test_speaking_over_an_alert_cuts_it_like_a_reply(vigil, slide: Path, tmp_path: Path):
-    analyzers = build_analyzers(load_settings(None, {"voice": VOICE, "models": {"detector": {"backend": "none"}}}))
+async def test_speaking_over_an_alert_cuts_it_like_a_reply(vigil, model_pool, slide: Path, tmp_path: Path):
+    settings = load_settings(None, {"voice": VOICE, "models": {"detector": {"backend": "none"}}})
+    analyzers = Engines(settings, models=model_pool).analyzers
     ZoneEntryWhenToldAnalyzerForTest.fire = asyncio.Event()
     analyzers.video = ZoneEntryWhenToldAnalyzerForTest
     server = await vigil(analyzers, voice=VOICE, storage={"data_dir": str(tmp_path / "events"), "clips": False})

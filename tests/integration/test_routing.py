@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY
 from models.llm import ChatMessage, LlmRequest, LlmUnavailable
 from models.router import RoutedLlm, RoutingConfig, UpstreamConfig
 from server.config import load_settings
-from server.engines import build_llm
+from server.engines import Engines
 from tests.support.llm_server import LlmServer
 
 MODEL = "smollm2-135m-instruct"
@@ -315,26 +315,28 @@ async def test_no_healthy_upstream_gives_a_clear_error(other):
         assert llm.upstream("a").probes == 1  # probed once more before giving up
 
 
-async def test_build_llm_builds_the_router_from_config(llama_a, llama_b):
+async def test_the_engines_build_the_router_from_config(llama_a, llama_b):
     settings = load_settings(None, {"models": {"llm": {
         "backend": "openai",
         "upstreams": [{"name": "a", "base_url": llama_a.url, "models": [MODEL]},
                       {"name": "b", "base_url": llama_b.url + "/v1", "models": [MODEL]}],
         "routing": {"strategy": "least-latency", "health_interval_s": 1},
     }}})
-    llm = build_llm(settings)
+    engines = Engines(settings)
+    llm = engines.llm()
     try:
         assert isinstance(llm, RoutedLlm) and llm.config.strategy == "least-latency"
-        assert build_llm(settings) is llm  # the voice loop, chat API and gRPC of one app share one router
+        assert engines.llm() is llm  # the voice loop, chat API and gRPC of one app share one router
         assert await ask(llm) and await ask(llm)
         assert {u.name: u.requests for u in llm.upstreams} == {"a": 1, "b": 1}
     finally:
-        await llm.close()
-    single = build_llm(load_settings(None, {"models": {"llm": {"backend": "openai", "base_url": llama_a.url}}}))
+        await engines.close()  # the app's engines close its router
+    single_engines = Engines(load_settings(None, {"models": {"llm": {"backend": "openai", "base_url": llama_a.url}}}))
+    single = single_engines.llm()
     try:
         assert await ask(single, model="whatever-the-client-calls-it")  # one plain upstream serves any name
     finally:
-        await single.close()
+        await single_engines.close()
 
 
 async def until(condition, timeout: float = 20.0) -> None:

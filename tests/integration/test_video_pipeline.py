@@ -15,7 +15,7 @@ from aiortc.contrib.media import MediaPlayer
 
 from server.client import VigilClient
 from server.config import load_settings
-from server.engines import build_analyzers
+from server.engines import Engines
 from server.offline import analyze_file
 from tests.support.media import slideshow, sliding_person
 
@@ -37,7 +37,7 @@ async def _analyze(path: Path, **overrides: Any) -> list[dict]:
     settings = load_settings(None, {"voice": {"enabled": False}, **overrides})
     messages: list[dict] = []
     await analyze_file(path, settings, lambda m: messages.append(m.model_dump(exclude_none=True)),
-                       build_analyzers(settings))
+                       Engines(settings))
     return messages
 
 
@@ -186,11 +186,11 @@ def test_weights_that_are_not_on_disk_fail_at_start_up_with_how_to_supply_them(t
     from models.packaged import ModelNotAvailable
 
     with pytest.raises(ModelNotAvailable, match="never downloads"):
-        build_analyzers(load_settings(None, {"voice": {"enabled": False},
-                                             "models": {"detector": {"weights": "yolo11x.pt"}}}))
+        _ = Engines(load_settings(None, {"voice": {"enabled": False},
+                                         "models": {"detector": {"weights": "yolo11x.pt"}}})).analyzers
     with pytest.raises(ModelNotAvailable, match="CUDA is not available"):
-        build_analyzers(load_settings(None, {"voice": {"enabled": False},
-                                             "models": {"detector": {"device": "cuda:0"}}}))
+        _ = Engines(load_settings(None, {"voice": {"enabled": False},
+                                         "models": {"detector": {"device": "cuda:0"}}})).analyzers
     result = subprocess.run(
         [sys.executable, "-m", "server.cli", "serve", "--port", "0"],
         env={**os.environ, "VIGIL_MODELS__DETECTOR__WEIGHTS": str(tmp_path / "missing.pt")},

@@ -48,3 +48,42 @@ def test_a_new_backend_is_its_config_and_its_builder():
     assert registry.build(section.thing) == "hello"
     with pytest.raises(ValueError, match="registered twice"):
         registry.register(EchoConfigForTest)(build)
+
+
+def test_stt_llm_and_tts_backends_are_registered_and_keep_their_keys():
+    models = load_settings(None, {}).models  # the defaults, as before the registry
+    assert (models.stt.backend, models.stt.model_dir, models.stt.compute_type, models.stt.short_window) == (
+        "whisper", None, "int8", True)
+    assert (models.llm.backend, models.llm.model_path, models.llm.model) == ("embedded", None,
+                                                                             "smollm2-135m-instruct")
+    assert (models.tts.backend, models.tts.voice) == ("piper", None)
+    configured = load_settings(None, {"models": {
+        "stt": {"model_dir": "base", "device": "cuda", "short_window": False},  # no backend: whisper
+        "llm": {"backend": "openai", "base_url": "http://a/v1", "model": "m", "routing": {"strategy": "cost-aware"}},
+        "tts": {"backend": "espeak", "voice": "en-gb"},
+    }}).models
+    assert (configured.stt.backend, configured.stt.model_dir, configured.stt.device) == ("whisper", "base", "cuda")
+    assert not configured.stt.short_window
+    assert (configured.llm.base_url, configured.llm.model, configured.llm.routing.strategy) == (
+        "http://a/v1", "m", "cost-aware")
+    assert (configured.tts.backend, configured.tts.voice) == ("espeak", "en-gb")
+    with pytest.raises(ConfigError, match="modle"):  # a key no LLM backend has
+        load_settings(None, {"models": {"llm": {"modle": "m"}}})
+    with pytest.raises(ConfigError, match=r"'coqui'.*'espeak', 'piper'"):
+        load_settings(None, {"models": {"tts": {"backend": "coqui"}}})
+
+
+def test_the_environment_still_picks_and_configures_a_backend(monkeypatch):
+    monkeypatch.setenv("VIGIL_MODELS__LLM__BACKEND", "openai")
+    monkeypatch.setenv("VIGIL_MODELS__LLM__BASE_URL", "http://vllm:8000/v1")
+    monkeypatch.setenv("VIGIL_MODELS__STT__DEVICE", "cuda")
+    models = load_settings(None, {}).models
+    assert (models.llm.backend, models.llm.base_url, models.stt.backend, models.stt.device) == (
+        "openai", "http://vllm:8000/v1", "whisper", "cuda")
+
+
+def test_llm_keys_of_the_other_backend_are_ignored_as_before_the_split(caplog):
+    # models.llm was one flat section: api_key or base_url with the embedded LLM was accepted (and unused).
+    llm = load_settings(None, {"models": {"llm": {"api_key": "sk-secret", "base_url": "http://a/v1"}}}).models.llm
+    assert llm.backend == "embedded" and "api_key" not in llm.model_dump()
+    assert "api_key, base_url not used by backend 'embedded'" in caplog.text and "sk-secret" not in caplog.text

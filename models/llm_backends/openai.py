@@ -1,0 +1,119 @@
+"""``backend: openai``: OpenAI-compatible upstreams (vLLM, llama.cpp's server, ...) behind one router
+(``models/router.py``); a plain ``base_url`` is one upstream that serves any model name. The router holds HTTP
+sessions and a health-check task on the app's event loop, so each app builds its own (``per_app``) and closes
+it. This module is also the boundary from the config to the router's own dataclasses: every field is passed by
+name (``tests/unit/test_config_mapping.py`` fails when a field exists on one side only)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from models.llm_backends import LANGUAGE_MODELS
+from models.packaged import ModelNotAvailable
+from models.registry import BackendConfig
+
+if TYPE_CHECKING:  # imported where used: the config tree loads this module, the router only when it is built
+    from models.llm import LanguageModel
+    from models.router import RoutingConfig, UpstreamConfig
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LlmUpstream(_Part):
+    name: str = Field(min_length=1, description="Label in metrics and logs; unique.")
+    base_url: str = Field(min_length=1, description="e.g. http://vllm-0:8000/v1")
+    models: list[str] = Field(
+        default_factory=list, description="Model ids it serves; empty: whatever its GET /v1/models lists."
+    )
+    api_key: SecretStr | None = None
+    cost: float = Field(1.0, ge=0, description="Relative cost; cost-aware routing prefers cheaper among equals.")
+    context_window: int = Field(4096, ge=256)
+
+
+class LlmRouting(_Part):
+    strategy: Literal["least-connections", "least-latency", "model-affinity", "cost-aware"] = "least-connections"
+    saturation: int = Field(
+        4, ge=1, description="cost-aware: in-flight requests at which an upstream counts as saturated."
+    )
+    health_interval_s: float = Field(5.0, gt=0, description="Period of GET /v1/models health checks.")
+    health_timeout_s: float = Field(2.0, gt=0)
+    request_timeout_s: float = Field(30.0, gt=0, description="Connecting, and each wait for the next chunk.")
+    latency_alpha: float = Field(0.3, gt=0, le=1, description="Weight of the newest TTFT in its moving average.")
+    max_attempts: int = Field(3, ge=1, description="Upstreams tried for one request that fails before its "
+                              "first token.")
+    affinity_conversations: int = Field(10000, ge=1, description="Conversations model-affinity remembers (LRU).")
+    probe_interval_s: float = Field(0.5, gt=0, description="When no upstream is eligible, ejected ones are "
+                                    "health-checked at once, each at most this often.")
+
+
+class OpenAiLlmConfig(BackendConfig):
+    backend: Literal["openai"] = "openai"
+    base_url: str | None = Field(None, description="OpenAI-compatible upstream, e.g. a vLLM server.")
+    model: str = Field("smollm2-135m-instruct", description="The model name clients ask for (and the plain "
+                       "base_url upstream is asked for).")
+    api_key: SecretStr | None = None
+    upstreams: list[LlmUpstream] = Field(
+        default_factory=list, description="OpenAI-compatible upstreams (e.g. vLLM replicas) the router picks from."
+    )
+    routing: LlmRouting = LlmRouting()
+
+    @field_validator("upstreams")
+    @classmethod
+    def _unique_upstream_names(cls, value: list[LlmUpstream]) -> list[LlmUpstream]:
+        names = [upstream.name for upstream in value]
+        if len(names) != len(set(names)):
+            raise ValueError(f"upstream names must be unique, got {names}")
+        return value
+
+
+@LANGUAGE_MODELS.register(OpenAiLlmConfig, per_app=True)
+def build(config: OpenAiLlmConfig) -> LanguageModel:
+    if not config.base_url and not config.upstreams:
+        raise ModelNotAvailable("models.llm.backend is 'openai' but neither models.llm.base_url nor "
+                                "models.llm.upstreams is set")
+    from models.router import RoutedLlm
+
+    return RoutedLlm(upstream_configs(config), config.model, routing_config(config.routing))
+
+
+def routing_config(routing: LlmRouting) -> RoutingConfig:
+    """``models.llm.routing`` -> the router's strategy and timings."""
+    from models.router import RoutingConfig
+
+    return RoutingConfig(
+        strategy=routing.strategy,
+        saturation=routing.saturation,
+        health_interval_s=routing.health_interval_s,
+        health_timeout_s=routing.health_timeout_s,
+        request_timeout_s=routing.request_timeout_s,
+        latency_alpha=routing.latency_alpha,
+        max_attempts=routing.max_attempts,
+        affinity_conversations=routing.affinity_conversations,
+        probe_interval_s=routing.probe_interval_s,
+    )
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value else None
+
+
+def upstream_configs(llm: OpenAiLlmConfig) -> list[UpstreamConfig]:
+    """``models.llm`` -> the router's upstreams; a plain ``base_url`` is one upstream serving any model name,
+    first."""
+    from models.router import ANY_MODEL, UpstreamConfig
+
+    upstreams = [
+        UpstreamConfig(
+            name=u.name, base_url=u.base_url, models=tuple(u.models), api_key=_secret(u.api_key), cost=u.cost,
+            context_window=u.context_window,
+        )
+        for u in llm.upstreams
+    ]
+    if llm.base_url:
+        upstreams.insert(0, UpstreamConfig(name="default", base_url=llm.base_url, models=(ANY_MODEL,),
+                                           api_key=_secret(llm.api_key)))
+    return upstreams
