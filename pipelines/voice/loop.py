@@ -85,7 +85,7 @@ ContextProvider = Callable[[str, list[ChatMessage]], Awaitable[PromptContext | N
 
 @dataclass
 class VoiceEngine:
-    """The models, loaded once per process; each blocking model has its own thread (they are not reentrant)."""
+    """The models (loaded once, by the app's model pool); each blocking model has its own thread (not reentrant)."""
 
     vad: SileroVadModel
     stt: WhisperStt
@@ -102,7 +102,7 @@ class VoiceEngine:
         return f"{self.stt.name}+{self.llm.name}+{self.tts.name}"
 
     async def close(self) -> None:
-        # The LLM is not ours to close: it is shared (process-wide, or per app: see server.engines).
+        # The models are not ours to close: the app's model pool owns them (see server.engines).
         for executor in (self.vad_executor, self.stt_executor, self.tts_executor, self.turn_executor):
             executor.shutdown(wait=False, cancel_futures=True)
 
