@@ -23,6 +23,7 @@ import contextlib
 import http.client
 import json
 import math
+import os
 import shutil
 import socket
 import tempfile
@@ -109,10 +110,21 @@ def smollm2_path() -> Path:
     return packaged_file(SMOLLM2_PACKAGE, SMOLLM2_FILE)
 
 
+def default_threads() -> tuple[int, int]:
+    """(generation, prompt) threads: generation on half the cores, so that while a reply streams the voice loop's
+    other models (Piper on the first clause, VAD, Smart Turn, Whisper) keep a core: on 2 cores, 2 generation
+    threads made the first reply audio ~2x later than 1 (llama.cpp's threads spin and lose to anything that
+    shares their core). Prompt processing, which runs before any of that, uses every core."""
+    cores = os.cpu_count() or 1
+    return max(1, cores // 2), cores
+
+
 def llama_server_params(
-    model_path: str, *, n_ctx: int = 2048, n_threads: int = 2, n_parallel: int = 1
+    model_path: str, *, n_ctx: int = 2048, n_threads: int | None = None, n_threads_batch: int | None = None,
+    n_parallel: int = 1,
 ) -> xllamacpp.CommonParams:
-    """llama.cpp server settings shared by EmbeddedLlm and the test HTTP server, so both generate alike."""
+    """llama.cpp server settings shared by EmbeddedLlm and the test HTTP server, so both generate alike.
+    ``n_threads`` (generation) and ``n_threads_batch`` (prompt): None = :func:`default_threads`."""
     import xllamacpp  # deferred: a 100 MB native module that only this backend needs
 
     params = xllamacpp.CommonParams()
@@ -120,8 +132,9 @@ def llama_server_params(
     params.n_ctx = n_ctx
     params.n_parallel = n_parallel  # slots decoded together; extra requests queue inside llama.cpp
     params.kv_unified = True  # slots share one KV pool, so each request can use the whole window
-    params.cpuparams.n_threads = n_threads
-    params.cpuparams_batch.n_threads = n_threads
+    generation, prompt = default_threads()
+    params.cpuparams.n_threads = n_threads or generation
+    params.cpuparams_batch.n_threads = n_threads_batch or prompt
     params.endpoint_metrics = True  # /metrics (and handle_metrics) report tokens predicted, requests in flight
     params.verbosity = 0
     return params
@@ -212,7 +225,8 @@ class EmbeddedLlm(TextStream):
     """
 
     def __init__(
-        self, model_path: str | None = None, n_ctx: int = 2048, n_threads: int = 2, n_parallel: int = 1
+        self, model_path: str | None = None, n_ctx: int = 2048, n_threads: int | None = None, n_parallel: int = 1,
+        n_threads_batch: int | None = None,
     ) -> None:
         import xllamacpp
 
@@ -223,7 +237,8 @@ class EmbeddedLlm(TextStream):
         # network. We use it only for tokenisation (count_tokens), which has no in-process binding.
         self._socket_dir = tempfile.mkdtemp(prefix="vigil-llm-")
         self._socket = str(Path(self._socket_dir) / "llm.sock")
-        params = llama_server_params(path, n_ctx=n_ctx, n_threads=n_threads, n_parallel=n_parallel)
+        params = llama_server_params(path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads_batch,
+                                     n_parallel=n_parallel)
         params.hostnames = [self._socket]
         try:
             self._server: xllamacpp.Server | None = xllamacpp.Server(params)
@@ -234,7 +249,7 @@ class EmbeddedLlm(TextStream):
 
     @classmethod
     async def open(
-        cls, model_path: str | None = None, n_ctx: int = 2048, n_threads: int = 2, n_parallel: int = 1
+        cls, model_path: str | None = None, n_ctx: int = 2048, n_threads: int | None = None, n_parallel: int = 1
     ) -> EmbeddedLlm:
         return await asyncio.to_thread(cls, model_path, n_ctx, n_threads, n_parallel)
 

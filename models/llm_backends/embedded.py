@@ -17,10 +17,14 @@ class EmbeddedLlmConfig(BackendConfig):
     backend: Literal["embedded"] = "embedded"
     model_path: str | None = Field(None, description="GGUF file; None: the packaged SmolLM2-135M-Instruct.")
     model: str = Field("smollm2-135m-instruct", description="The model name clients ask for.")
+    threads: int | None = Field(
+        None, ge=1, description="Generation threads; None: half the cores, so the voice loop's other models keep "
+        "the rest (prompt processing always uses every core)."
+    )
 
 
 @LANGUAGE_MODELS.register(EmbeddedLlmConfig)
 def build(config: EmbeddedLlmConfig) -> LanguageModel:
     from models.llm import EmbeddedLlm
 
-    return EmbeddedLlm(config.model_path)
+    return EmbeddedLlm(config.model_path, n_threads=config.threads)
