@@ -32,7 +32,7 @@ const state = {
   detections: { frames: 0, last: null },
   drawn: { boxes: 0, labels: [], keypoints: 0, zones: 0, lines: 0 },
   events: [],
-  conversation: [], // {turn, role: "user"|"assistant", text, final|done, bargedIn}
+  conversation: [], // {turn, role: "user"|"assistant", text, final|done, interrupted, bargedIn}
   bargeIns: 0,
   partialsShown: 0, // partial transcripts rendered (greyed) before their final
   turnMetrics: [],
@@ -531,7 +531,7 @@ function entry(turn, role) {
   const session = state.hello ? state.hello.session : null;
   let item = state.conversation.find((e) => e.session === session && e.turn === turn && e.role === role);
   if (!item) {
-    item = { session, turn, role, text: "", final: false, done: false, bargedIn: false };
+    item = { session, turn, role, text: "", final: false, done: false, interrupted: false, bargedIn: false };
     state.conversation.push(item);
     const li = document.createElement("li");
     li.className = role;
@@ -570,6 +570,7 @@ function onReply(message) {
   const item = entry(message.turn, "assistant");
   if (message.delta) item.text += message.delta;
   if (message.done) item.done = true;
+  if (message.interrupted) item.interrupted = true; // cut short (a barge-in or a newer turn), not finished
   item.element.classList.toggle("streaming", !item.done && !item.bargedIn);
   item.element.querySelector(".text").textContent = item.text;
   scrollConversation();

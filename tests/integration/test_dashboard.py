@@ -212,7 +212,7 @@ def test_speaking_over_a_reply_shows_the_barge_in(live_page: Any) -> None:
     # Words were shown while being spoken (greyed partial transcripts) before their final transcript.
     assert state(page, "vigilState.partialsShown") >= 1
     barged = [e for e in state(page, "vigilState.conversation") if e["role"] == "assistant" and e["bargedIn"]]
-    assert barged and not barged[0]["done"], barged
+    assert barged and barged[0]["done"] and barged[0]["interrupted"], barged  # ended, and said to be cut
     item = page.locator(f"#conversation li.assistant.barged[data-turn='{barged[0]['turn']}']")
     assert item.count() == 1 and "streaming" not in (item.get_attribute("class") or "")
     assert page.locator("#barge-in").is_visible()  # shown for a few seconds after the event
