@@ -31,59 +31,123 @@ import subprocess
 import sys
 import tempfile
 import time
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import av
 import cv2
-from aiortc.contrib.media import MediaPlayer
+from aiortc import MediaStreamTrack
+from prometheus_client.parser import text_string_to_metric_families
 
 from server.client import VigilClient
 from server.ice import restrict_host_addresses
 from tests.support.audio import Recorder, ScriptedMicrophone, silence, speech
 from tests.support.browser import VigilProcess
-from tests.support.media import real_image, slideshow
+from tests.support.media import letterbox, real_image
 
 QUESTIONS = ["How many people do you see?", "What is the weather like today?", "Is anyone at the door?",
              "What color is the sky?", "Can you see a car outside?", "How are you today?"]
 TARGET_FPS = 5.0
+CAMERA_FPS = 10
 
 
 # ---------------------------------------------------------------------- 1. capacity
 
 
-class VideoSession:
-    """One camera session: a looping clip sent over WebRTC; counts the detections messages that come back."""
+def precoded_vp8(size: tuple[int, int], fps: int) -> list[bytes]:
+    """The clip (3 s of bus.jpg, 3 s of zidane.jpg), VP8-encoded ONCE here, a keyframe every second (so a loop
+    restarts on a keyframe, and a receiver that lost a packet recovers within a second)."""
+    pictures = [letterbox(real_image(name), size) for name in ("bus", "zidane") for _ in range(3 * fps)]
+    codec = av.CodecContext.create("libvpx", "w")
+    codec.width, codec.height, codec.pix_fmt = size[0], size[1], "yuv420p"
+    codec.time_base, codec.framerate, codec.gop_size = Fraction(1, fps), Fraction(fps), fps
+    codec.bit_rate = 1_000_000
+    packets: list[bytes] = []
+    for index, picture in enumerate(pictures):
+        frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
+        frame.pts, frame.time_base = index, Fraction(1, fps)
+        packets += [bytes(packet) for packet in codec.encode(frame)]
+    packets += [bytes(packet) for packet in codec.encode(None)]
+    assert len(packets) == len(pictures), "one VP8 packet per picture"
+    return packets
 
-    def __init__(self, url: str, clip: Path) -> None:
-        self.player = MediaPlayer(str(clip), loop=True)
+
+class PrecodedVideoTrack(MediaStreamTrack):
+    """A camera that costs the client nothing: pre-encoded VP8 packets, looped, paced at ``fps`` on a fixed
+    schedule (a late send is followed by the next on time, never by a burst), timestamps always increasing.
+    aiortc's sender packetizes an ``av.Packet`` without encoding it. Counts what it sent."""
+
+    kind = "video"
+
+    def __init__(self, packets: list[bytes], fps: int) -> None:
+        super().__init__()
+        self.packets, self.fps = packets, fps
+        self.index = 0
+        self.started: float | None = None
+        self.sent: list[float] = []
+
+    async def recv(self) -> av.Packet:
+        loop = asyncio.get_running_loop()
+        if self.started is None:
+            self.started = loop.time()
+        due = self.started + self.index / self.fps
+        if due > loop.time():
+            await asyncio.sleep(due - loop.time())
+        elif loop.time() - due > 1.0:  # more than a second behind (a starved client): skip ahead to a keyframe
+            self.index += self.fps - self.index % self.fps
+        packet = av.Packet(self.packets[self.index % len(self.packets)])
+        packet.pts, packet.time_base = self.index, Fraction(1, self.fps)
+        self.index += 1
+        self.sent.append(time.perf_counter())
+        return packet
+
+
+STAGES = ("frames_in", "frames_sampled", "frames_analyzed", "frames_dropped")
+
+
+class VideoSession:
+    """One camera session: a looping clip sent over WebRTC; counts the detections messages that come back, and
+    keeps each stage's counts from the server's ``metrics`` messages to explain a low rate."""
+
+    def __init__(self, url: str, packets: list[bytes], fps: int) -> None:
+        self.track = PrecodedVideoTrack(packets, fps)
         self.client = VigilClient(url, options={"video": {"target_fps": TARGET_FPS}})
         self.arrivals: list[float] = []
-        self.frames_in: list[tuple[float, int]] = []  # (arrival, frames the server received), from its metrics
+        self.timings: list[tuple[float, float, float]] = []  # (arrival, inference_ms, queue_ms)
+        self.counts: list[tuple[float, dict[str, int]]] = []  # (arrival, the server's video counts)
         self.client.on_message = self._received
 
     def _received(self, message: dict[str, Any], at: float) -> None:
         if message.get("type") == "detections":
             self.arrivals.append(at)
+            self.timings.append((at, message.get("inference_ms", 0.0), message.get("queue_ms", 0.0)))
         elif message.get("type") == "metrics" and message.get("media"):
-            self.frames_in.append((at, message["media"]["video"]["frames_in"]))
+            self.counts.append((at, message["media"]["video"]))
 
-    def frames_in_rate(self, since: float, until: float) -> float:
-        """Explains a low rate: frames that reached the server per second (the sender may be the bottleneck)."""
-        window = [(t, n) for t, n in self.frames_in if since <= t < until]
+    def stage_rates(self, since: float, until: float) -> dict[str, float]:
+        """Frames per second at each server stage (in, sampled, analysed, dropped) over the window."""
+        window = [(t, c) for t, c in self.counts if since <= t < until]
         if len(window) < 2:
-            return 0.0
-        return (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0])
+            return {stage: 0.0 for stage in STAGES}
+        (t0, first), (t1, last) = window[0], window[-1]
+        return {stage: (last[stage] - first[stage]) / (t1 - t0) for stage in STAGES}
+
+    def report(self, since: float, until: float) -> dict[str, float]:
+        timings = [(i, q) for t, i, q in self.timings if since <= t < until]
+        return {"rate": sum(1 for t in self.arrivals if since <= t < until) / (until - since),
+                "sent": sum(1 for t in self.track.sent if since <= t < until) / (until - since),
+                **self.stage_rates(since, until),
+                "inference_ms": statistics.median(i for i, _ in timings) if timings else 0.0,
+                "queue_ms": statistics.median(q for _, q in timings) if timings else 0.0}
 
     async def open(self) -> None:
-        await self.client.connect([self.player.video])
-
-    def rate(self, since: float, until: float) -> float:
-        return sum(1 for t in self.arrivals if since <= t < until) / (until - since)
+        await self.client.connect([self.track])
 
     async def close(self) -> None:
         await self.client.close()
-        self.player.video.stop()
+        self.track.stop()
 
 
 class VoiceSession:
@@ -129,11 +193,12 @@ class VoiceSession:
         await self.client.close()
 
 
-async def video_clients(url: str, clip: Path, count: int) -> None:
+async def video_clients(url: str, size: tuple[int, int], count: int) -> None:
     """Child process: ``count`` video sessions. Reads ``measure`` then ``stop`` on stdin; prints one JSON line
     with each session's results rate and server-side frames-in rate between the two."""
     restrict_host_addresses(["127.0.0.1"])
-    sessions = [VideoSession(url, clip) for _ in range(count)]
+    packets = precoded_vp8(size, CAMERA_FPS)
+    sessions = [VideoSession(url, packets, CAMERA_FPS) for _ in range(count)]
     for session in sessions:
         await session.open()
     print("ready", flush=True)
@@ -142,8 +207,7 @@ async def video_clients(url: str, clip: Path, count: int) -> None:
     started = time.perf_counter()
     assert (await loop.run_in_executor(None, sys.stdin.readline)).strip() == "stop"
     ended = time.perf_counter()
-    print(json.dumps({"rates": [s.rate(started, ended) for s in sessions],
-                      "frames_in": [s.frames_in_rate(started, ended) for s in sessions]}), flush=True)
+    print(json.dumps([s.report(started, ended) for s in sessions]), flush=True)
     for session in sessions:
         with contextlib.suppress(Exception):
             await session.close()
@@ -153,9 +217,10 @@ class VideoClientsProcess:
     """The video sessions of one step, in their own process: their VP8 encoding must not delay the voice
     client's clock (the heard voice-to-voice is timed in this process)."""
 
-    def __init__(self, url: str, clip: Path, count: int) -> None:
+    def __init__(self, url: str, size: tuple[int, int], count: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.capacity", "--video-clients", str(count), "--url", url, "--clip", str(clip)],
+            [sys.executable, "-m", "bench.capacity", "--video-clients", str(count), "--url", url,
+             "--size", f"{size[0]}x{size[1]}"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
 
     def wait_ready(self) -> None:
@@ -166,7 +231,7 @@ class VideoClientsProcess:
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
 
-    def result(self) -> dict[str, list[float]]:
+    def result(self) -> list[dict[str, float]]:
         assert self.proc.stdout is not None
         data = json.loads(self.proc.stdout.readline())
         self.proc.wait(timeout=60)
@@ -179,14 +244,16 @@ class VideoClientsProcess:
 
 
 async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float, size: tuple[int, int]) -> None:
-    clip = slideshow(workdir / "people.mp4", [("bus", 3.0), ("zidane", 3.0)], fps=10, size=size)
     config = {"webrtc": {"host_addresses": ["127.0.0.1"]}, "grpc": {"port": 0},
               "sessions": {"max_sessions": max(levels) + 2}}  # everything else: the defaults
     server = await asyncio.to_thread(VigilProcess(workdir, config).start)
-    print(f"vigil serve (default config, default CPU models) at {server.url}; video {size[0]}x{size[1]} at 10 fps "
+    print(f"vigil serve (default config, default CPU models) at {server.url}; each video session: pre-encoded VP8 "
+          f"{size[0]}x{size[1]} paced at {CAMERA_FPS} fps (no client-side encoding), target_fps {TARGET_FPS:g}, "
           "from clients in a child process")
     print(f"{'video sessions':>14} {'heard v2v median ms':>20} {'vs N=0':>7} {'min video rate':>15} "
-          f"{'of target':>9}  verdict   (server-side, explaining: frames in per session)")
+          f"{'of target':>9}  verdict")
+    print("  explaining, per video session, frames/s: client sent -> server in -> sampled -> analysed (dropped); "
+          "detector ms and queue ms (medians); server event-loop lag")
     baseline: float | None = None
     held = 0
     voice = VoiceSession(server.url)
@@ -194,31 +261,37 @@ async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float
         await voice.open()
         await voice.heard_voice_to_voice()  # warm-up turn (first-call costs stay out of the figures)
         for level in levels:
-            clients = VideoClientsProcess(server.url, clip, level) if level else None
+            clients = VideoClientsProcess(server.url, size, level) if level else None
             try:
                 if clients is not None:
                     await asyncio.to_thread(clients.wait_ready)
                 await asyncio.sleep(warmup_s)
+                lag_before = await loop_lag(server.url)
                 if clients is not None:
                     clients.send("measure")
                 heard = [v for v in [await voice.heard_voice_to_voice() for _ in range(turns)] if v is not None]
                 if clients is not None:
                     clients.send("stop")
-                video = await asyncio.to_thread(clients.result) if clients is not None else {"rates": [],
-                                                                                            "frames_in": []}
+                lag = lag_since(lag_before, await loop_lag(server.url))
+                video = await asyncio.to_thread(clients.result) if clients is not None else []
             finally:
                 if clients is not None:
                     clients.kill()
             v2v = statistics.median(heard) if heard else float("inf")
             if baseline is None:
                 baseline = v2v
-            rates = video["rates"]
+            rates = [session["rate"] for session in video]
             worst = min(rates) if rates else TARGET_FPS
             ok = v2v <= 1.2 * baseline and worst >= 0.9 * TARGET_FPS and len(heard) == turns
             shown = f"{worst:>13.2f}/s {worst / TARGET_FPS:>9.2f}" if rates else f"{'-':>15} {'-':>9}"
             print(f"{level:>14} {v2v:>20.0f} {v2v / baseline:>7.2f} {shown}  {'holds' if ok else 'OVER '}   "
-                  f"(turns heard {len(heard)}/{turns}; frames in "
-                  f"{' '.join(f'{r:.1f}' for r in video['frames_in']) or '-'} /s)", flush=True)
+                  f"(turns heard {len(heard)}/{turns}; load {os.getloadavg()[0]:.1f})", flush=True)
+            for session in video:
+                print(f"{'':>16}sent {session['sent']:.1f} -> in {session['frames_in']:.1f} -> sampled "
+                      f"{session['frames_sampled']:.1f} -> analysed {session['frames_analyzed']:.1f} (dropped "
+                      f"{session['frames_dropped']:.1f}); detector {session['inference_ms']:.0f} ms, queue "
+                      f"{session['queue_ms']:.0f} ms", flush=True)
+            print(f"{'':>16}event-loop lag: {lag}", flush=True)
             if not ok:
                 break
             held = level
@@ -228,6 +301,31 @@ async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float
         server.stop()
     print(f"capacity: {held} video session(s) at {TARGET_FPS:g} fps + 1 live voice loop on one node "
           f"(voice-to-voice within +20 % of {baseline:.0f} ms, video >= 90 % of target)")
+
+
+async def loop_lag(url: str) -> dict[str, float]:
+    """The server's ``vigil_event_loop_lag_ms`` histogram: cumulative bucket counts by upper bound, and sum."""
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as response:
+        text = await response.text()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == "vigil_event_loop_lag_ms":
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    out[sample.labels["le"]] = sample.value
+                elif sample.name.endswith("_sum"):
+                    out["sum"] = sample.value
+    return out
+
+
+def lag_since(before: dict[str, float], after: dict[str, float]) -> str:
+    ticks = after.get("+Inf", 0) - before.get("+Inf", 0)
+    if not ticks:
+        return "-"
+    mean = (after["sum"] - before["sum"]) / ticks
+    late = {bound: 1 - (after[bound] - before.get(bound, 0)) / ticks for bound in ("50.0", "200.0", "1000.0")}
+    return (f"mean {mean:.1f} ms over {ticks:.0f} ticks; late >50 ms {late['50.0']:.1%}, >200 ms "
+            f"{late['200.0']:.1%}, >1 s {late['1000.0']:.1%}")
 
 
 # ---------------------------------------------------------------------- 2. detector throughput
@@ -318,7 +416,8 @@ async def takeover(workdir: Path, rounds: int) -> None:
 
 async def main(opts: argparse.Namespace) -> None:
     if opts.video_clients is not None:
-        await video_clients(opts.url, Path(opts.clip), opts.video_clients)
+        width, height = (int(v) for v in opts.size.split("x"))
+        await video_clients(opts.url, (width, height), opts.video_clients)
         return
     restrict_host_addresses(["127.0.0.1"])
     # The machine may be shared: say how busy it was, beside the figures.
@@ -349,7 +448,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=5, help="takeover: kills measured")
     parser.add_argument("--video-clients", type=int, help=argparse.SUPPRESS)  # the child process of step 1
     parser.add_argument("--url", help=argparse.SUPPRESS)
-    parser.add_argument("--clip", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
