@@ -115,7 +115,12 @@ async def test_a_source_survives_its_nodes_death_and_moves_on_drain(start_nodes,
         await results_flow(http, second, source_id, timeout=BOUND_S)
         assert time.monotonic() - killed_at < BOUND_S
         assert await _listings_agree(http, survivors) == [(source_id, second_name)]
-        assert _metric(await _metrics(http, second), 'vigil_cluster_sources_taken_total{reason="takeover"}') == 1
+        metrics = await _metrics(http, second)
+        assert _metric(metrics, 'vigil_cluster_sources_taken_total{reason="takeover"}') == 1
+        # The survivor looked right when the lease ran out (not up to a heartbeat later), and published the
+        # source's new state at once (not at its next heartbeat).
+        assert _metric(metrics, 'vigil_cluster_passes_total{trigger="lease_expiry"}') >= 1
+        assert _metric(metrics, 'vigil_cluster_passes_total{trigger="source_state"}') >= 1
 
         # Drain the new owner with the CLI: the last node takes over, with no gap longer than the bound.
         drained_at = time.monotonic()
