@@ -267,12 +267,18 @@ async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float
                     await asyncio.to_thread(clients.wait_ready)
                 await asyncio.sleep(warmup_s)
                 lag_before = await loop_lag(server.url)
+                cpu_pids = {"server": server.process.pid, "video clients": clients.proc.pid if clients else None,  # type: ignore[union-attr]
+                            "voice client (this process)": os.getpid()}
+                cpu_before, cpu_started = {name: cpu_seconds(pid) for name, pid in cpu_pids.items()}, time.monotonic()
                 if clients is not None:
                     clients.send("measure")
                 heard = [v for v in [await voice.heard_voice_to_voice() for _ in range(turns)] if v is not None]
                 if clients is not None:
                     clients.send("stop")
                 lag = lag_since(lag_before, await loop_lag(server.url))
+                cpu_wall = time.monotonic() - cpu_started
+                cpu = ", ".join(f"{name} {(cpu_seconds(pid) - cpu_before[name]) / cpu_wall:.0%}"
+                                for name, pid in cpu_pids.items() if pid is not None)
                 video = await asyncio.to_thread(clients.result) if clients is not None else []
             finally:
                 if clients is not None:
@@ -292,6 +298,7 @@ async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float
                       f"{session['frames_dropped']:.1f}); detector {session['inference_ms']:.0f} ms, queue "
                       f"{session['queue_ms']:.0f} ms", flush=True)
             print(f"{'':>16}event-loop lag: {lag}", flush=True)
+            print(f"{'':>16}CPU (share of one core): {cpu}", flush=True)
             if not ok:
                 break
             held = level
@@ -301,6 +308,17 @@ async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float
         server.stop()
     print(f"capacity: {held} video session(s) at {TARGET_FPS:g} fps + 1 live voice loop on one node "
           f"(voice-to-voice within +20 % of {baseline:.0f} ms, video >= 90 % of target)")
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process (all its threads) so far."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # it has exited
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def loop_lag(url: str) -> dict[str, float]:
@@ -468,7 +486,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--levels", type=int, nargs="+", default=[0, 1, 2, 4, 8, 16],
                         help="video sessions at each step (0 first: the voice loop's baseline)")
     parser.add_argument("--size", default="640x360", help="video sessions' frame size, WIDTHxHEIGHT")
-    parser.add_argument("--turns", type=int, default=3, help="voice turns measured per step")
+    parser.add_argument("--turns", type=int, default=5, help="voice turns measured per step")
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds after adding sessions before measuring")
     parser.add_argument("--seconds", type=float, default=8.0, help="detector throughput: seconds per leg")
     parser.add_argument("--batch", type=int, default=8)
