@@ -1,21 +1,25 @@
 """Capacity of one Vigil node, the Triton detector beside the local one, and a cluster's takeover time.
 
 1. Capacity: a ``vigil serve`` child process with the default config (default CPU models) and, as clients over
-   real WebRTC on loopback, N video sessions (a real-photograph clip at 10 fps, ``target_fps`` 5; in a second
-   child process, so that their encoding does not delay the voice client's clock) plus ONE live voice session
-   (Piper-spoken questions). N ramps 0, 1, 2, 4, …; at each step the voice loop's
-   heard voice-to-voice (end of the question leaving the client's microphone → first audible reply sample at
-   the client) and each video session's results rate (``detections`` messages per second at the client) are
-   measured. Capacity = the largest N where the heard voice-to-voice median stays within +20 % of N=0 and every
-   video session gets at least 90 % of its target rate.
+   real WebRTC on loopback, N video sessions plus ONE live voice session (Piper-spoken questions). Each video
+   session is a camera that costs its client nothing: the clip (3 s bus.jpg, 3 s zidane.jpg, 640x360) is
+   VP8-encoded once, and its packets are sent looped on a fixed 10 fps schedule (``target_fps`` 5), all from one
+   child process, so that neither encoding nor the clients' scheduling stands in for the server's limits. N
+   ramps 0, 1, 2, 4, …; at each step the voice loop's heard voice-to-voice (end of the question leaving the
+   client's microphone → first audible reply sample at the client, timed in this process) and each video
+   session's results rate (``detections`` messages per second at the client) are measured. Capacity = the
+   largest N where the heard voice-to-voice median stays within +20 % of N=0 and every video session gets at
+   least 90 % of its target rate. Explaining each step (never replacing the client-side figures): per session,
+   frames the client sent, and the server's frames in / sampled / analysed / dropped per second (its ``metrics``
+   messages), the detector's and the queue's median ms (``detections``); the server's event-loop lag
+   (``vigil_event_loop_lag_ms``); the CPU share of the server, the video clients and this process.
 2. Detector throughput: the packaged YOLO locally (Ultralytics, PyTorch) and the same weights exported by
    ``vigil export-detector`` served by a real Triton (the tritonserver binary of the nvidia-pytriton wheel, in
    .venv-triton; its Python backend runs the ONNX with onnxruntime), batches of 8, alternating A B B A.
 3. Takeover: three light ``vigil serve`` nodes, redis-server and an RTSP camera; a source is SIGKILLed with its
    node, and the time until its results flow again at a client of the new node is measured, several times.
 
-Note: on this 2-core machine the clients (VP8 encoding of every video session) share the CPU with the server.
-Run it offline like the tests:
+Note: on a shared machine the figures depend on its load (printed beside them). Run it offline like the tests:
     unshare -n bash -c 'ip link set lo up && .venv/bin/python -m bench.capacity'
 """
 
