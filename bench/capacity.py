@@ -48,7 +48,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from server.client import VigilClient
 from server.ice import restrict_host_addresses
 from tests.support.audio import Recorder, ScriptedMicrophone, silence, speech
-from tests.support.browser import VigilProcess
+from tests.support.browser import REPO_ROOT, VigilProcess
 from tests.support.media import letterbox, real_image
 
 QUESTIONS = ["How many people do you see?", "What is the weather like today?", "Is anyone at the door?",
@@ -247,11 +247,16 @@ class VideoClientsProcess:
             self.proc.wait()
 
 
-async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float, size: tuple[int, int]) -> None:
-    config = {"webrtc": {"host_addresses": ["127.0.0.1"]}, "grpc": {"port": 0},
-              "sessions": {"max_sessions": max(levels) + 2}}  # everything else: the defaults
+async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float, size: tuple[int, int],
+                   inference_nice: int | None = None) -> None:
+    config: dict[str, Any] = {"webrtc": {"host_addresses": ["127.0.0.1"]}, "grpc": {"port": 0},
+                              "sessions": {"max_sessions": max(levels) + 2}}  # everything else: the defaults
+    shown = "default config"
+    if inference_nice is not None:  # a side-by-side variant
+        config["video"] = {"inference_nice": inference_nice}
+        shown = f"default config but video.inference_nice {inference_nice}"
     server = await asyncio.to_thread(VigilProcess(workdir, config).start)
-    print(f"vigil serve (default config, default CPU models) at {server.url}; each video session: pre-encoded VP8 "
+    print(f"\nvigil serve ({shown}, default CPU models) at {server.url}; each video session: pre-encoded VP8 "
           f"{size[0]}x{size[1]} paced at {CAMERA_FPS} fps (no client-side encoding), target_fps {TARGET_FPS:g}, "
           "from clients in a child process")
     print(f"{'video sessions':>14} {'heard v2v median ms':>20} {'vs N=0':>7} {'min video rate':>15} "
@@ -411,20 +416,32 @@ async def watch_lease(redis_url: str, source_id: str, dead: str, killed: float) 
     return seen
 
 
-async def takeover(workdir: Path, rounds: int) -> None:
+def export_revision(rev: str, workdir: Path) -> tuple[Path, str]:
+    """This checkout's commit ``rev`` as files under ``workdir`` (to serve it beside this checkout)."""
+    out = subprocess.run(["git", "-C", str(REPO_ROOT), "log", "-1", "--format=%h %s", rev], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    sha, _, subject = out.partition(" ")
+    target = workdir / f"vigil-{sha}"
+    target.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", sha], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target, f"commit {sha} ({subject[:60]})"
+
+
+async def takeover(workdir: Path, rounds: int, root: Path = REPO_ROOT, label: str = "this checkout") -> None:
     from tests.support.cluster import node_config, node_name, owner_of, results_flow
     from tests.support.redis_server import RedisServer
     from tests.support.rtsp import RtspCamera
 
     heartbeat_s, lease_s, reconnect_max_s = 0.5, 2.0, 1.0
     times: list[float] = []
-    print(f"\ntakeover after SIGKILL of a source's node (lease_s {lease_s:g}, heartbeat_s {heartbeat_s:g}, RTSP "
-          f"reconnect <= {reconnect_max_s:g} s); seconds after the kill: lease lapsed, taken by the new node, "
+    print(f"\n{label}: takeover after SIGKILL of a source's node (lease_s {lease_s:g}, heartbeat_s {heartbeat_s:g}, "
+          f"RTSP reconnect <= {reconnect_max_s:g} s); seconds after the kill: lease lapsed, taken by the new node, "
           "listed live, results flowing at a client of the new node")
     with RedisServer(workdir) as redis, RtspCamera(fps=10) as camera:
         configs = {name: node_config(redis.url, name, workdir, heartbeat_s=heartbeat_s, lease_s=lease_s,
                                      reconnect_max_s=reconnect_max_s) for name in ("a", "b", "c")}
-        nodes = {name: VigilProcess(workdir, config) for name, config in configs.items()}
+        nodes = {name: VigilProcess(workdir, config, root=root) for name, config in configs.items()}
         await asyncio.gather(*(asyncio.to_thread(node.start) for node in nodes.values()))
         try:
             async with aiohttp.ClientSession() as http:
@@ -450,7 +467,7 @@ async def takeover(workdir: Path, rounds: int) -> None:
                           f"live {listed:.2f}, results {times[-1]:.2f})", flush=True)
                     async with http.delete(f"{survivors[0].url}/api/sources/{source_id}"):
                         pass
-                    nodes[owner_name] = VigilProcess(workdir, configs[owner_name])  # back to three nodes
+                    nodes[owner_name] = VigilProcess(workdir, configs[owner_name], root=root)  # back to three
                     await asyncio.to_thread(nodes[owner_name].start)
         finally:
             for node in nodes.values():
@@ -475,10 +492,14 @@ async def main(opts: argparse.Namespace) -> None:
         workdir = Path(tmp)
         if "capacity" in opts.parts:
             width, height = (int(v) for v in opts.size.split("x"))
-            await capacity(workdir, opts.levels, opts.turns, opts.warmup, (width, height))
+            for nice in opts.inference_nice or [None]:
+                await capacity(workdir, opts.levels, opts.turns, opts.warmup, (width, height), nice)
         if "detector" in opts.parts:
             await asyncio.to_thread(detector_throughput, workdir, opts.seconds, opts.batch)
         if "takeover" in opts.parts:
+            if opts.takeover_baseline:  # the same rounds against another revision first, in the same run
+                root, label = export_revision(opts.takeover_baseline, workdir)
+                await takeover(workdir, opts.rounds, root, label)
             await takeover(workdir, opts.rounds)
     print(f"load average at end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
 
@@ -490,11 +511,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--levels", type=int, nargs="+", default=[0, 1, 2, 4, 8, 16],
                         help="video sessions at each step (0 first: the voice loop's baseline)")
     parser.add_argument("--size", default="640x360", help="video sessions' frame size, WIDTHxHEIGHT")
+    parser.add_argument("--inference-nice", type=int, nargs="+",
+                        help="capacity: run the ramp once per value of video.inference_nice (default: the default "
+                             "config only)")
     parser.add_argument("--turns", type=int, default=5, help="voice turns measured per step")
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds after adding sessions before measuring")
     parser.add_argument("--seconds", type=float, default=8.0, help="detector throughput: seconds per leg")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5, help="takeover: kills measured")
+    parser.add_argument("--takeover-baseline", metavar="REV",
+                        help="takeover: also measure this git revision of the checkout (before this one)")
     parser.add_argument("--video-clients", type=int, help=argparse.SUPPRESS)  # the child process of step 1
     parser.add_argument("--url", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
