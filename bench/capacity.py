@@ -265,13 +265,18 @@ async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float
           "detector ms and queue ms (medians); server event-loop lag")
     baseline: float | None = None
     held = 0
-    voice = VoiceSession(server.url)
     try:
-        await voice.open()
-        await voice.heard_voice_to_voice()  # warm-up turn (first-call costs stay out of the figures)
+        warmup = VoiceSession(server.url)  # one turn: first-call costs stay out of the figures
+        await warmup.open()
+        await warmup.heard_voice_to_voice()
+        await warmup.close()
         for level in levels:
             clients = VideoClientsProcess(server.url, size, level) if level else None
+            # A fresh voice session per step, asked the same questions: no step pays for a longer history or
+            # gets easier questions than another.
+            voice = VoiceSession(server.url)
             try:
+                await voice.open()
                 if clients is not None:
                     await asyncio.to_thread(clients.wait_ready)
                 await asyncio.sleep(warmup_s)
@@ -292,6 +297,8 @@ async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float
             finally:
                 if clients is not None:
                     clients.kill()
+                with contextlib.suppress(Exception):
+                    await voice.close()
             v2v = statistics.median(heard) if heard else float("inf")
             if baseline is None:
                 baseline = v2v
@@ -312,8 +319,6 @@ async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float
                 break
             held = level
     finally:
-        with contextlib.suppress(Exception):
-            await voice.close()
         server.stop()
     print(f"capacity: {held} video session(s) at {TARGET_FPS:g} fps + 1 live voice loop on one node "
           f"(voice-to-voice within +20 % of {baseline:.0f} ms, video >= 90 % of target)")
