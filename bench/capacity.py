@@ -447,8 +447,8 @@ async def takeover(workdir: Path, rounds: int, root: Path = REPO_ROOT, label: st
         configs = {name: node_config(redis.url, name, workdir, heartbeat_s=heartbeat_s, lease_s=lease_s,
                                      reconnect_max_s=reconnect_max_s) for name in ("a", "b", "c")}
         nodes = {name: VigilProcess(workdir, config, root=root) for name, config in configs.items()}
-        await asyncio.gather(*(asyncio.to_thread(node.start) for node in nodes.values()))
         try:
+            await asyncio.gather(*(asyncio.to_thread(node.start) for node in nodes.values()))
             async with aiohttp.ClientSession() as http:
                 for _ in range(rounds):
                     live = list(nodes.values())

@@ -49,8 +49,8 @@ async def start_nodes(redis: RedisServer, tmp_path: Path) -> AsyncIterator[Any]:
         nodes = [VigilProcess(tmp_path, node_config(redis.url, name, tmp_path, heartbeat_s=HEARTBEAT_S,
                                                     lease_s=LEASE_S, reconnect_max_s=RECONNECT_MAX_S))
                  for name in names]
+        started.extend(nodes)  # before starting: if one fails to start, the others are still stopped
         await asyncio.gather(*(asyncio.to_thread(node.start) for node in nodes))
-        started.extend(nodes)
         return nodes
 
     yield start
