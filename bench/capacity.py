@@ -1,21 +1,25 @@
 """Capacity of one Vigil node, the Triton detector beside the local one, and a cluster's takeover time.
 
 1. Capacity: a ``vigil serve`` child process with the default config (default CPU models) and, as clients over
-   real WebRTC on loopback, N video sessions (a real-photograph clip at 10 fps, ``target_fps`` 5; in a second
-   child process, so that their encoding does not delay the voice client's clock) plus ONE live voice session
-   (Piper-spoken questions). N ramps 0, 1, 2, 4, …; at each step the voice loop's
-   heard voice-to-voice (end of the question leaving the client's microphone → first audible reply sample at
-   the client) and each video session's results rate (``detections`` messages per second at the client) are
-   measured. Capacity = the largest N where the heard voice-to-voice median stays within +20 % of N=0 and every
-   video session gets at least 90 % of its target rate.
+   real WebRTC on loopback, N video sessions plus ONE live voice session (Piper-spoken questions). Each video
+   session is a camera that costs its client nothing: the clip (3 s bus.jpg, 3 s zidane.jpg, 640x360) is
+   VP8-encoded once, and its packets are sent looped on a fixed 10 fps schedule (``target_fps`` 5), all from one
+   child process, so that neither encoding nor the clients' scheduling stands in for the server's limits. N
+   ramps 0, 1, 2, 4, …; at each step the voice loop's heard voice-to-voice (end of the question leaving the
+   client's microphone → first audible reply sample at the client, timed in this process) and each video
+   session's results rate (``detections`` messages per second at the client) are measured. Capacity = the
+   largest N where the heard voice-to-voice median stays within +20 % of N=0 and every video session gets at
+   least 90 % of its target rate. Explaining each step (never replacing the client-side figures): per session,
+   frames the client sent, and the server's frames in / sampled / analysed / dropped per second (its ``metrics``
+   messages), the detector's and the queue's median ms (``detections``); the server's event-loop lag
+   (``vigil_event_loop_lag_ms``); the CPU share of the server, the video clients and this process.
 2. Detector throughput: the packaged YOLO locally (Ultralytics, PyTorch) and the same weights exported by
    ``vigil export-detector`` served by a real Triton (the tritonserver binary of the nvidia-pytriton wheel, in
    .venv-triton; its Python backend runs the ONNX with onnxruntime), batches of 8, alternating A B B A.
 3. Takeover: three light ``vigil serve`` nodes, redis-server and an RTSP camera; a source is SIGKILLed with its
    node, and the time until its results flow again at a client of the new node is measured, several times.
 
-Note: on this 2-core machine the clients (VP8 encoding of every video session) share the CPU with the server.
-Run it offline like the tests:
+Note: on a shared machine the figures depend on its load (printed beside them). Run it offline like the tests:
     unshare -n bash -c 'ip link set lo up && .venv/bin/python -m bench.capacity'
 """
 
@@ -31,59 +35,123 @@ import subprocess
 import sys
 import tempfile
 import time
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import av
 import cv2
-from aiortc.contrib.media import MediaPlayer
+from aiortc import MediaStreamTrack
+from prometheus_client.parser import text_string_to_metric_families
 
 from server.client import VigilClient
 from server.ice import restrict_host_addresses
 from tests.support.audio import Recorder, ScriptedMicrophone, silence, speech
-from tests.support.browser import VigilProcess
-from tests.support.media import real_image, slideshow
+from tests.support.browser import REPO_ROOT, VigilProcess
+from tests.support.media import letterbox, real_image
 
 QUESTIONS = ["How many people do you see?", "What is the weather like today?", "Is anyone at the door?",
              "What color is the sky?", "Can you see a car outside?", "How are you today?"]
 TARGET_FPS = 5.0
+CAMERA_FPS = 10
 
 
 # ---------------------------------------------------------------------- 1. capacity
 
 
-class VideoSession:
-    """One camera session: a looping clip sent over WebRTC; counts the detections messages that come back."""
+def precoded_vp8(size: tuple[int, int], fps: int) -> list[bytes]:
+    """The clip (3 s of bus.jpg, 3 s of zidane.jpg), VP8-encoded ONCE here, a keyframe every second (so a loop
+    restarts on a keyframe, and a receiver that lost a packet recovers within a second)."""
+    pictures = [letterbox(real_image(name), size) for name in ("bus", "zidane") for _ in range(3 * fps)]
+    codec = av.CodecContext.create("libvpx", "w")
+    codec.width, codec.height, codec.pix_fmt = size[0], size[1], "yuv420p"
+    codec.time_base, codec.framerate, codec.gop_size = Fraction(1, fps), Fraction(fps), fps
+    codec.bit_rate = 1_000_000
+    packets: list[bytes] = []
+    for index, picture in enumerate(pictures):
+        frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
+        frame.pts, frame.time_base = index, Fraction(1, fps)
+        packets += [bytes(packet) for packet in codec.encode(frame)]
+    packets += [bytes(packet) for packet in codec.encode(None)]
+    assert len(packets) == len(pictures), "one VP8 packet per picture"
+    return packets
 
-    def __init__(self, url: str, clip: Path) -> None:
-        self.player = MediaPlayer(str(clip), loop=True)
+
+class PrecodedVideoTrack(MediaStreamTrack):
+    """A camera that costs the client nothing: pre-encoded VP8 packets, looped, paced at ``fps`` on a fixed
+    schedule (a late send is followed by the next on time, never by a burst), timestamps always increasing.
+    aiortc's sender packetizes an ``av.Packet`` without encoding it. Counts what it sent."""
+
+    kind = "video"
+
+    def __init__(self, packets: list[bytes], fps: int) -> None:
+        super().__init__()
+        self.packets, self.fps = packets, fps
+        self.index = 0
+        self.started: float | None = None
+        self.sent: list[float] = []
+
+    async def recv(self) -> av.Packet:
+        loop = asyncio.get_running_loop()
+        if self.started is None:
+            self.started = loop.time()
+        due = self.started + self.index / self.fps
+        if due > loop.time():
+            await asyncio.sleep(due - loop.time())
+        elif loop.time() - due > 1.0:  # more than a second behind (a starved client): skip ahead to a keyframe
+            self.index += self.fps - self.index % self.fps
+        packet = av.Packet(self.packets[self.index % len(self.packets)])
+        packet.pts, packet.time_base = self.index, Fraction(1, self.fps)
+        self.index += 1
+        self.sent.append(time.perf_counter())
+        return packet
+
+
+STAGES = ("frames_in", "frames_sampled", "frames_analyzed", "frames_dropped")
+
+
+class VideoSession:
+    """One camera session: a looping clip sent over WebRTC; counts the detections messages that come back, and
+    keeps each stage's counts from the server's ``metrics`` messages to explain a low rate."""
+
+    def __init__(self, url: str, packets: list[bytes], fps: int) -> None:
+        self.track = PrecodedVideoTrack(packets, fps)
         self.client = VigilClient(url, options={"video": {"target_fps": TARGET_FPS}})
         self.arrivals: list[float] = []
-        self.frames_in: list[tuple[float, int]] = []  # (arrival, frames the server received), from its metrics
+        self.timings: list[tuple[float, float, float]] = []  # (arrival, inference_ms, queue_ms)
+        self.counts: list[tuple[float, dict[str, int]]] = []  # (arrival, the server's video counts)
         self.client.on_message = self._received
 
     def _received(self, message: dict[str, Any], at: float) -> None:
         if message.get("type") == "detections":
             self.arrivals.append(at)
+            self.timings.append((at, message.get("inference_ms", 0.0), message.get("queue_ms", 0.0)))
         elif message.get("type") == "metrics" and message.get("media"):
-            self.frames_in.append((at, message["media"]["video"]["frames_in"]))
+            self.counts.append((at, message["media"]["video"]))
 
-    def frames_in_rate(self, since: float, until: float) -> float:
-        """Explains a low rate: frames that reached the server per second (the sender may be the bottleneck)."""
-        window = [(t, n) for t, n in self.frames_in if since <= t < until]
+    def stage_rates(self, since: float, until: float) -> dict[str, float]:
+        """Frames per second at each server stage (in, sampled, analysed, dropped) over the window."""
+        window = [(t, c) for t, c in self.counts if since <= t < until]
         if len(window) < 2:
-            return 0.0
-        return (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0])
+            return {stage: 0.0 for stage in STAGES}
+        (t0, first), (t1, last) = window[0], window[-1]
+        return {stage: (last[stage] - first[stage]) / (t1 - t0) for stage in STAGES}
+
+    def report(self, since: float, until: float) -> dict[str, float]:
+        timings = [(i, q) for t, i, q in self.timings if since <= t < until]
+        return {"rate": sum(1 for t in self.arrivals if since <= t < until) / (until - since),
+                "sent": sum(1 for t in self.track.sent if since <= t < until) / (until - since),
+                **self.stage_rates(since, until),
+                "inference_ms": statistics.median(i for i, _ in timings) if timings else 0.0,
+                "queue_ms": statistics.median(q for _, q in timings) if timings else 0.0}
 
     async def open(self) -> None:
-        await self.client.connect([self.player.video])
-
-    def rate(self, since: float, until: float) -> float:
-        return sum(1 for t in self.arrivals if since <= t < until) / (until - since)
+        await self.client.connect([self.track])
 
     async def close(self) -> None:
         await self.client.close()
-        self.player.video.stop()
+        self.track.stop()
 
 
 class VoiceSession:
@@ -129,11 +197,12 @@ class VoiceSession:
         await self.client.close()
 
 
-async def video_clients(url: str, clip: Path, count: int) -> None:
+async def video_clients(url: str, size: tuple[int, int], count: int) -> None:
     """Child process: ``count`` video sessions. Reads ``measure`` then ``stop`` on stdin; prints one JSON line
     with each session's results rate and server-side frames-in rate between the two."""
     restrict_host_addresses(["127.0.0.1"])
-    sessions = [VideoSession(url, clip) for _ in range(count)]
+    packets = precoded_vp8(size, CAMERA_FPS)
+    sessions = [VideoSession(url, packets, CAMERA_FPS) for _ in range(count)]
     for session in sessions:
         await session.open()
     print("ready", flush=True)
@@ -142,8 +211,7 @@ async def video_clients(url: str, clip: Path, count: int) -> None:
     started = time.perf_counter()
     assert (await loop.run_in_executor(None, sys.stdin.readline)).strip() == "stop"
     ended = time.perf_counter()
-    print(json.dumps({"rates": [s.rate(started, ended) for s in sessions],
-                      "frames_in": [s.frames_in_rate(started, ended) for s in sessions]}), flush=True)
+    print(json.dumps([s.report(started, ended) for s in sessions]), flush=True)
     for session in sessions:
         with contextlib.suppress(Exception):
             await session.close()
@@ -153,9 +221,10 @@ class VideoClientsProcess:
     """The video sessions of one step, in their own process: their VP8 encoding must not delay the voice
     client's clock (the heard voice-to-voice is timed in this process)."""
 
-    def __init__(self, url: str, clip: Path, count: int) -> None:
+    def __init__(self, url: str, size: tuple[int, int], count: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.capacity", "--video-clients", str(count), "--url", url, "--clip", str(clip)],
+            [sys.executable, "-m", "bench.capacity", "--video-clients", str(count), "--url", url,
+             "--size", f"{size[0]}x{size[1]}"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
 
     def wait_ready(self) -> None:
@@ -166,7 +235,7 @@ class VideoClientsProcess:
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
 
-    def result(self) -> dict[str, list[float]]:
+    def result(self) -> list[dict[str, float]]:
         assert self.proc.stdout is not None
         data = json.loads(self.proc.stdout.readline())
         self.proc.wait(timeout=60)
@@ -178,56 +247,117 @@ class VideoClientsProcess:
             self.proc.wait()
 
 
-async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float, size: tuple[int, int]) -> None:
-    clip = slideshow(workdir / "people.mp4", [("bus", 3.0), ("zidane", 3.0)], fps=10, size=size)
-    config = {"webrtc": {"host_addresses": ["127.0.0.1"]}, "grpc": {"port": 0},
-              "sessions": {"max_sessions": max(levels) + 2}}  # everything else: the defaults
+async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float, size: tuple[int, int],
+                   inference_nice: int | None = None) -> None:
+    config: dict[str, Any] = {"webrtc": {"host_addresses": ["127.0.0.1"]}, "grpc": {"port": 0},
+                              "sessions": {"max_sessions": max(levels) + 2}}  # everything else: the defaults
+    shown = "default config"
+    if inference_nice is not None:  # a side-by-side variant
+        config["video"] = {"inference_nice": inference_nice}
+        shown = f"default config but video.inference_nice {inference_nice}"
     server = await asyncio.to_thread(VigilProcess(workdir, config).start)
-    print(f"vigil serve (default config, default CPU models) at {server.url}; video {size[0]}x{size[1]} at 10 fps "
+    print(f"\nvigil serve ({shown}, default CPU models) at {server.url}; each video session: pre-encoded VP8 "
+          f"{size[0]}x{size[1]} paced at {CAMERA_FPS} fps (no client-side encoding), target_fps {TARGET_FPS:g}, "
           "from clients in a child process")
     print(f"{'video sessions':>14} {'heard v2v median ms':>20} {'vs N=0':>7} {'min video rate':>15} "
-          f"{'of target':>9}  verdict   (server-side, explaining: frames in per session)")
+          f"{'of target':>9}  verdict")
+    print("  explaining, per video session, frames/s: client sent -> server in -> sampled -> analysed (dropped); "
+          "detector ms and queue ms (medians); server event-loop lag")
     baseline: float | None = None
     held = 0
-    voice = VoiceSession(server.url)
     try:
-        await voice.open()
-        await voice.heard_voice_to_voice()  # warm-up turn (first-call costs stay out of the figures)
+        warmup = VoiceSession(server.url)  # one turn: first-call costs stay out of the figures
+        await warmup.open()
+        await warmup.heard_voice_to_voice()
+        await warmup.close()
         for level in levels:
-            clients = VideoClientsProcess(server.url, clip, level) if level else None
+            clients = VideoClientsProcess(server.url, size, level) if level else None
+            # A fresh voice session per step, asked the same questions: no step pays for a longer history or
+            # gets easier questions than another.
+            voice = VoiceSession(server.url)
             try:
+                await voice.open()
                 if clients is not None:
                     await asyncio.to_thread(clients.wait_ready)
                 await asyncio.sleep(warmup_s)
+                lag_before = await loop_lag(server.url)
+                cpu_pids = {"server": server.process.pid, "video clients": clients.proc.pid if clients else None,  # type: ignore[union-attr]
+                            "voice client (this process)": os.getpid()}
+                cpu_before, cpu_started = {name: cpu_seconds(pid) for name, pid in cpu_pids.items()}, time.monotonic()
                 if clients is not None:
                     clients.send("measure")
                 heard = [v for v in [await voice.heard_voice_to_voice() for _ in range(turns)] if v is not None]
                 if clients is not None:
                     clients.send("stop")
-                video = await asyncio.to_thread(clients.result) if clients is not None else {"rates": [],
-                                                                                            "frames_in": []}
+                lag = lag_since(lag_before, await loop_lag(server.url))
+                cpu_wall = time.monotonic() - cpu_started
+                cpu = ", ".join(f"{name} {(cpu_seconds(pid) - cpu_before[name]) / cpu_wall:.0%}"
+                                for name, pid in cpu_pids.items() if pid is not None)
+                video = await asyncio.to_thread(clients.result) if clients is not None else []
             finally:
                 if clients is not None:
                     clients.kill()
+                with contextlib.suppress(Exception):
+                    await voice.close()
             v2v = statistics.median(heard) if heard else float("inf")
             if baseline is None:
                 baseline = v2v
-            rates = video["rates"]
+            rates = [session["rate"] for session in video]
             worst = min(rates) if rates else TARGET_FPS
             ok = v2v <= 1.2 * baseline and worst >= 0.9 * TARGET_FPS and len(heard) == turns
             shown = f"{worst:>13.2f}/s {worst / TARGET_FPS:>9.2f}" if rates else f"{'-':>15} {'-':>9}"
             print(f"{level:>14} {v2v:>20.0f} {v2v / baseline:>7.2f} {shown}  {'holds' if ok else 'OVER '}   "
-                  f"(turns heard {len(heard)}/{turns}; frames in "
-                  f"{' '.join(f'{r:.1f}' for r in video['frames_in']) or '-'} /s)", flush=True)
+                  f"(turns heard {len(heard)}/{turns}; load {os.getloadavg()[0]:.1f})", flush=True)
+            for session in video:
+                print(f"{'':>16}sent {session['sent']:.1f} -> in {session['frames_in']:.1f} -> sampled "
+                      f"{session['frames_sampled']:.1f} -> analysed {session['frames_analyzed']:.1f} (dropped "
+                      f"{session['frames_dropped']:.1f}); detector {session['inference_ms']:.0f} ms, queue "
+                      f"{session['queue_ms']:.0f} ms", flush=True)
+            print(f"{'':>16}event-loop lag: {lag}", flush=True)
+            print(f"{'':>16}CPU (share of one core): {cpu}", flush=True)
             if not ok:
                 break
             held = level
     finally:
-        with contextlib.suppress(Exception):
-            await voice.close()
         server.stop()
     print(f"capacity: {held} video session(s) at {TARGET_FPS:g} fps + 1 live voice loop on one node "
           f"(voice-to-voice within +20 % of {baseline:.0f} ms, video >= 90 % of target)")
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process (all its threads) so far."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # it has exited
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def loop_lag(url: str) -> dict[str, float]:
+    """The server's ``vigil_event_loop_lag_ms`` histogram: cumulative bucket counts by upper bound, and sum."""
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as response:
+        text = await response.text()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == "vigil_event_loop_lag_ms":
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    out[sample.labels["le"]] = sample.value
+                elif sample.name.endswith("_sum"):
+                    out["sum"] = sample.value
+    return out
+
+
+def lag_since(before: dict[str, float], after: dict[str, float]) -> str:
+    ticks = after.get("+Inf", 0) - before.get("+Inf", 0)
+    if not ticks:
+        return "-"
+    mean = (after["sum"] - before["sum"]) / ticks
+    late = {bound: 1 - (after[bound] - before.get(bound, 0)) / ticks for bound in ("50.0", "200.0", "1000.0")}
+    return (f"mean {mean:.1f} ms over {ticks:.0f} ticks; late >50 ms {late['50.0']:.1%}, >200 ms "
+            f"{late['200.0']:.1%}, >1 s {late['1000.0']:.1%}")
 
 
 # ---------------------------------------------------------------------- 2. detector throughput
@@ -271,19 +401,54 @@ def detector_throughput(workdir: Path, seconds: float, batch: int) -> None:
 # ---------------------------------------------------------------------- 3. takeover
 
 
-async def takeover(workdir: Path, rounds: int) -> None:
+async def watch_lease(redis_url: str, source_id: str, dead: str, killed: float) -> dict[str, float]:
+    """Seconds after the kill at which the dead node's lease on the source lapsed and another node took it
+    (polled every 10 ms: explains the takeover time)."""
+    import redis.asyncio as aioredis
+
+    seen: dict[str, float] = {}
+    client = aioredis.from_url(redis_url, decode_responses=True)
+    try:
+        while "taken" not in seen:
+            holder = await client.get(f"vigil:cluster:lease:{source_id}")
+            if holder != dead:
+                seen.setdefault("lapsed", time.perf_counter() - killed)
+            if holder is not None and holder != dead:
+                seen["taken"] = time.perf_counter() - killed
+            await asyncio.sleep(0.01)
+    finally:
+        await client.aclose()
+    return seen
+
+
+def export_revision(rev: str, workdir: Path) -> tuple[Path, str]:
+    """This checkout's commit ``rev`` as files under ``workdir`` (to serve it beside this checkout)."""
+    out = subprocess.run(["git", "-C", str(REPO_ROOT), "log", "-1", "--format=%h %s", rev], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    sha, _, subject = out.partition(" ")
+    target = workdir / f"vigil-{sha}"
+    target.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", sha], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target, f"commit {sha} ({subject[:60]})"
+
+
+async def takeover(workdir: Path, rounds: int, root: Path = REPO_ROOT, label: str = "this checkout") -> None:
     from tests.support.cluster import node_config, node_name, owner_of, results_flow
     from tests.support.redis_server import RedisServer
     from tests.support.rtsp import RtspCamera
 
     heartbeat_s, lease_s, reconnect_max_s = 0.5, 2.0, 1.0
     times: list[float] = []
+    print(f"\n{label}: takeover after SIGKILL of a source's node (lease_s {lease_s:g}, heartbeat_s {heartbeat_s:g}, "
+          f"RTSP reconnect <= {reconnect_max_s:g} s); seconds after the kill: lease lapsed, taken by the new node, "
+          "listed live, results flowing at a client of the new node")
     with RedisServer(workdir) as redis, RtspCamera(fps=10) as camera:
         configs = {name: node_config(redis.url, name, workdir, heartbeat_s=heartbeat_s, lease_s=lease_s,
                                      reconnect_max_s=reconnect_max_s) for name in ("a", "b", "c")}
-        nodes = {name: VigilProcess(workdir, config) for name, config in configs.items()}
-        await asyncio.gather(*(asyncio.to_thread(node.start) for node in nodes.values()))
+        nodes = {name: VigilProcess(workdir, config, root=root) for name, config in configs.items()}
         try:
+            await asyncio.gather(*(asyncio.to_thread(node.start) for node in nodes.values()))
             async with aiohttp.ClientSession() as http:
                 for _ in range(rounds):
                     live = list(nodes.values())
@@ -291,26 +456,30 @@ async def takeover(workdir: Path, rounds: int) -> None:
                         source_id = (await response.json())["id"]
                     owner_name, owner = await owner_of(http, live, source_id, timeout=60)
                     await results_flow(http, owner, source_id, timeout=60)
+                    await asyncio.sleep(0.1 + (len(times) % 5) * heartbeat_s / 5)  # kills spread over the renewal
                     killed = time.perf_counter()
                     owner.process.kill()  # type: ignore[union-attr]
+                    lease = asyncio.create_task(watch_lease(redis.url, source_id, owner_name, killed))
                     owner.process.wait()  # type: ignore[union-attr]
                     survivors = [node for node in live if node is not owner]
                     _, new_owner = await owner_of(http, survivors, source_id, not_on=owner_name, timeout=60)
+                    listed = time.perf_counter() - killed
                     await results_flow(http, new_owner, source_id, timeout=60)
                     times.append(time.perf_counter() - killed)
-                    print(f"  takeover {len(times)}: {times[-1]:.2f} s ({owner_name} → {node_name(new_owner)})",
-                          flush=True)
+                    stages = await asyncio.wait_for(lease, 10)
+                    print(f"  takeover {len(times)}: {times[-1]:.2f} s ({owner_name} → {node_name(new_owner)}; lapsed "
+                          f"{stages.get('lapsed', float('nan')):.2f}, taken {stages.get('taken', float('nan')):.2f}, "
+                          f"live {listed:.2f}, results {times[-1]:.2f})", flush=True)
                     async with http.delete(f"{survivors[0].url}/api/sources/{source_id}"):
                         pass
-                    nodes[owner_name] = VigilProcess(workdir, configs[owner_name])  # back to three nodes
+                    nodes[owner_name] = VigilProcess(workdir, configs[owner_name], root=root)  # back to three
                     await asyncio.to_thread(nodes[owner_name].start)
         finally:
             for node in nodes.values():
                 node.stop()
-    print(f"\ntakeover after SIGKILL of a source's node (lease_s {lease_s:g}, heartbeat_s {heartbeat_s:g}, RTSP "
-          f"reconnect <= {reconnect_max_s:g} s), until results flow again at a client of the new node:")
     print(f"  median {statistics.median(times):.2f} s, min {min(times):.2f} s, max {max(times):.2f} s "
-          f"over {len(times)} rounds (bound lease_s + reconnect: {lease_s + heartbeat_s + reconnect_max_s:.1f} s)")
+          f"over {len(times)} rounds (bound lease_s + reconnect: {lease_s + heartbeat_s + reconnect_max_s:.1f} s); "
+          f"load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
 
 
 # ---------------------------------------------------------------------- main
@@ -318,7 +487,8 @@ async def takeover(workdir: Path, rounds: int) -> None:
 
 async def main(opts: argparse.Namespace) -> None:
     if opts.video_clients is not None:
-        await video_clients(opts.url, Path(opts.clip), opts.video_clients)
+        width, height = (int(v) for v in opts.size.split("x"))
+        await video_clients(opts.url, (width, height), opts.video_clients)
         return
     restrict_host_addresses(["127.0.0.1"])
     # The machine may be shared: say how busy it was, beside the figures.
@@ -327,10 +497,14 @@ async def main(opts: argparse.Namespace) -> None:
         workdir = Path(tmp)
         if "capacity" in opts.parts:
             width, height = (int(v) for v in opts.size.split("x"))
-            await capacity(workdir, opts.levels, opts.turns, opts.warmup, (width, height))
+            for nice in opts.inference_nice or [None]:
+                await capacity(workdir, opts.levels, opts.turns, opts.warmup, (width, height), nice)
         if "detector" in opts.parts:
             await asyncio.to_thread(detector_throughput, workdir, opts.seconds, opts.batch)
         if "takeover" in opts.parts:
+            if opts.takeover_baseline:  # the same rounds against another revision first, in the same run
+                root, label = export_revision(opts.takeover_baseline, workdir)
+                await takeover(workdir, opts.rounds, root, label)
             await takeover(workdir, opts.rounds)
     print(f"load average at end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
 
@@ -342,14 +516,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--levels", type=int, nargs="+", default=[0, 1, 2, 4, 8, 16],
                         help="video sessions at each step (0 first: the voice loop's baseline)")
     parser.add_argument("--size", default="640x360", help="video sessions' frame size, WIDTHxHEIGHT")
-    parser.add_argument("--turns", type=int, default=3, help="voice turns measured per step")
+    parser.add_argument("--inference-nice", type=int, nargs="+",
+                        help="capacity: run the ramp once per value of video.inference_nice (default: the default "
+                             "config only)")
+    parser.add_argument("--turns", type=int, default=5, help="voice turns measured per step")
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds after adding sessions before measuring")
     parser.add_argument("--seconds", type=float, default=8.0, help="detector throughput: seconds per leg")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5, help="takeover: kills measured")
+    parser.add_argument("--takeover-baseline", metavar="REV",
+                        help="takeover: also measure this git revision of the checkout (before this one)")
     parser.add_argument("--video-clients", type=int, help=argparse.SUPPRESS)  # the child process of step 1
     parser.add_argument("--url", help=argparse.SUPPRESS)
-    parser.add_argument("--clip", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 

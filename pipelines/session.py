@@ -181,16 +181,26 @@ class FpsSampler:
 
 
 class _TrackTime:
-    """Seconds since a track's first frame (WebRTC timestamps start at a random offset)."""
+    """Seconds since a track's first frame. WebRTC timestamps start at a random offset and, being RTP's 32-bit
+    timestamps (aiortc hands them over as pts), wrap: at 90 kHz within 13 h, often much sooner. Unwrapped here;
+    otherwise media time would stick at 0 after the wrap and the sampler would never take a frame again."""
+
+    RTP_WRAP = 1 << 32
 
     def __init__(self) -> None:
         self._origin: float | None = None
         self._last = 0.0
+        self._last_pts: int | None = None
+        self._wraps = 0
 
     def of(self, frame: av.VideoFrame | av.AudioFrame) -> float:
         if frame.pts is None or frame.time_base is None:
             return self._last
-        absolute = float(frame.pts * frame.time_base)
+        pts = frame.pts
+        if self._last_pts is not None and self._last_pts < self.RTP_WRAP and self._last_pts - pts > self.RTP_WRAP // 2:
+            self._wraps += 1
+        self._last_pts = pts
+        absolute = float((pts + self._wraps * self.RTP_WRAP) * frame.time_base)
         if self._origin is None:
             self._origin = absolute
         self._last = max(absolute - self._origin, 0.0)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 
@@ -18,6 +21,7 @@ from server.events_api import setup_events_api
 from server.grpc_api.service import setup_grpc
 from server.ice import restrict_host_addresses
 from server.memory import setup_memory
+from server.metrics import watch_event_loop
 from server.openai_api import setup_openai_api
 from server.probes import setup_probes
 from server.sessions import Analyzers, SessionRegistry
@@ -78,9 +82,18 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None,
 
     app.on_shutdown.append(shutdown)
     app.on_cleanup.append(release_llm)
+    app.cleanup_ctx.append(_watch_event_loop)
     setup_grpc(app, settings, engines)
     setup_probes(app)  # last: ready once every start-up step above has run
     return app
+
+
+async def _watch_event_loop(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(watch_event_loop(), name="event-loop-lag")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def run(settings: Settings, analyzers: Analyzers | None = None) -> None:

@@ -38,6 +38,7 @@ from aiohttp import web
 from prometheus_client import Counter, Gauge
 
 from pipelines.protocol import MediaCounts
+from pipelines.sources.container import SourceState
 from server.api import SessionInfo, SessionList, SourceInfo, SourceList
 from server.config import Settings
 from server.errors import ApiError, read_json_body
@@ -50,6 +51,10 @@ REDIS_UP = Gauge("vigil_cluster_redis_up", "1 while this node reaches the cluste
 LIVE_NODES = Gauge("vigil_cluster_live_nodes", "Live nodes this node sees in the cluster.")
 SOURCES_TAKEN = Counter("vigil_cluster_sources_taken_total", "Sources this node started under a lease, by why.",
                         ["reason"])
+
+PASSES = Counter("vigil_cluster_passes_total", "Cluster passes by what started them (heartbeat, "
+                 "lease_expiry: another node's lease ran out, source_state: a local source changed state).",
+                 ["trigger"])
 
 CLUSTER = web.AppKey("cluster", "ClusterNode")
 
@@ -87,6 +92,8 @@ def _default_identity(settings: Settings) -> tuple[str, str]:
 class ClusterNode:
     """This process as a cluster member. ``start`` on the app's startup, ``leave`` on its shutdown."""
 
+    EXPIRY_MARGIN_S = 0.005  # look just after a lease's expiry, not just before it
+
     def __init__(self, app: web.Application, settings: Settings) -> None:
         assert settings.cluster.redis_url is not None
         self.app, self.settings, self.config = app, settings, settings.cluster
@@ -107,6 +114,9 @@ class ClusterNode:
         self._cpu_mark = (time.monotonic(), time.process_time())
         self._frames_mark: tuple[float, int] = (time.monotonic(), 0)
         self._load: dict[str, float] = {}
+        self._lease_expires_at: float | None = None  # monotonic time the soonest other node's lease runs out
+        self._wake = asyncio.Event()  # an early pass: a local source changed state
+        app[SOURCES].state_listeners.append(self._source_state_changed)
 
     # ------------------------------------------------------------------ keys
 
@@ -126,9 +136,32 @@ class ClusterNode:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.config.heartbeat_s)
+            delay = self._next_pass_in()
+            trigger = "lease_expiry" if delay < self.config.heartbeat_s else "heartbeat"
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+                trigger = "source_state"
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            PASSES.labels(trigger=trigger).inc()
             with contextlib.suppress(ClusterUnavailable):
                 await self.tick()
+
+    def _source_state_changed(self, source_id: str, state: SourceState) -> None:
+        """A source running here changed state (e.g. live after a takeover): publish it now, not a heartbeat
+        later, so that every node's listing shows where it runs and how it is at once."""
+        if source_id in self.local_specs:
+            self._wake.set()
+
+    def _next_pass_in(self) -> float:
+        """One pass every ``heartbeat_s``, and one right after another node's lease runs out: a lease lapses only
+        when its owner stopped renewing it for ``lease_s`` (as strict as before), but the source then moves at once
+        instead of up to a heartbeat later."""
+        delay = self.config.heartbeat_s
+        if self._lease_expires_at is not None:
+            delay = min(delay, max(0.0, self._lease_expires_at - time.monotonic()) + self.EXPIRY_MARGIN_S)
+        return delay
 
     async def leave(self) -> None:
         """On shutdown (SIGTERM included): hand the sources over, then leave the cluster."""
@@ -183,6 +216,7 @@ class ClusterNode:
             if source_id not in specs:  # deleted through another node
                 await self._stop_local(source_id)
         if self.draining:
+            self._lease_expires_at = None
             return
         unleased = await self._unleased(specs)
         now = time.monotonic()
@@ -209,12 +243,20 @@ class ClusterNode:
                 loads[self.node_id] = (mine[0] + 1, mine[1])
 
     async def _unleased(self, specs: dict[str, dict[str, Any]]) -> list[str]:
-        ids = sorted(specs, key=lambda sid: specs[sid].get("created_at", 0))
+        """The specs nobody holds a lease on (oldest first); notes when the soonest other lease runs out."""
+        ids = sorted((sid for sid in specs if sid not in self.local_specs),
+                     key=lambda sid: specs[sid].get("created_at", 0))
+        self._lease_expires_at = None
         if not ids:
             return []
-        holders = await self.redis.mget([self._key("lease", sid) for sid in ids])
-        return [sid for sid, holder in zip(ids, holders, strict=True) if holder is None
-                and sid not in self.local_specs]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for sid in ids:
+                pipe.pttl(self._key("lease", sid))
+            ttls = await pipe.execute()
+        left_ms = [ttl for ttl in ttls if ttl >= 0]
+        if left_ms:
+            self._lease_expires_at = time.monotonic() + min(left_ms) / 1000.0
+        return [sid for sid, ttl in zip(ids, ttls, strict=True) if ttl == -2]  # -2: no such key
 
     async def _take(self, source_id: str, spec: dict[str, Any]) -> bool:
         if not await self.redis.set(self._key("lease", source_id), self.node_id, nx=True, px=self._ms):

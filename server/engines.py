@@ -80,7 +80,8 @@ def build_batcher(settings: Settings) -> InferenceBatcher:
     if detector is None:
         raise ValueError("models.detector.backend is 'none': there is no detector to batch for")
     log.info("detector %s loaded on %s", detector.name, detector.device)
-    return InferenceBatcher(detector, max_batch=settings.video.max_batch, max_wait_ms=settings.video.max_wait_ms)
+    return InferenceBatcher(detector, max_batch=settings.video.max_batch, max_wait_ms=settings.video.max_wait_ms,
+                            nice=settings.video.inference_nice)
 
 
 def voice_loop_config(settings: Settings, origin: str) -> VoiceLoopConfig:

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+import asyncio
+
+from prometheus_client import Counter, Gauge, Histogram
 
 SESSIONS = Gauge("vigil_sessions", "Open WebRTC sessions.")
 SOURCES = Gauge("vigil_sources", "Running server-side sources.")
 SOURCE_STATES = Counter("vigil_source_state_changes_total", "Source state changes.", ["state"])
 HTTP_ERRORS = Counter("vigil_http_errors_total", "HTTP error responses by status and code.", ["status", "code"])
+
+EVENT_LOOP_LAG_MS = Histogram(
+    "vigil_event_loop_lag_ms", "How late the event loop woke a 50 ms timer, ms (a blocked loop delays all media).",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000),
+)
+
+
+async def watch_event_loop(period_s: float = 0.05) -> None:
+    """Runs for the app's lifetime: observes the loop's lag into ``vigil_event_loop_lag_ms``."""
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(period_s)
+        EVENT_LOOP_LAG_MS.observe(max(0.0, loop.time() - started - period_s) * 1000.0)

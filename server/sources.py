@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -144,6 +145,8 @@ class SourceManager:
         self.analyzers = analyzers or Analyzers()
         self.sources: dict[str, ManagedSource] = {}
         self.timeline: TimelineFactory | None = None
+        # Called with (source id, new state) on every state change (the cluster republishes its listing then).
+        self.state_listeners: list[Callable[[str, SourceState], None]] = []
 
     def __len__(self) -> int:
         return len(self.sources)
@@ -187,6 +190,8 @@ class SourceManager:
             message = pipeline.make(Event, name="source.state", data={"state": state.value, **detail})
             source.last_state = message
             pipeline.emit(message)
+            for listener in self.state_listeners:
+                listener(source.id, state)
 
         source.reader = ContainerSource(
             target, pipeline, kind=kind, realtime=request.realtime, loop=request.loop,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,6 +36,16 @@ class _Request:
     future: asyncio.Future[BatchResult]
 
 
+def lower_thread_priority(nice: int) -> None:
+    """Executor initializer: this thread (and the threads it starts, such as the model's own thread pool) runs
+    ``nice`` steps below the process (Linux schedules threads individually; raising niceness needs no privilege)."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    with contextlib.suppress(OSError):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+
+
 def to_bgr(frame: av.VideoFrame) -> np.ndarray:
     """Only sampled frames pay for this conversion (decoding every frame is unavoidable, converting is not)."""
     return frame.to_ndarray(format="bgr24")
@@ -42,7 +54,8 @@ def to_bgr(frame: av.VideoFrame) -> np.ndarray:
 class InferenceBatcher:
     ACTIVE_WINDOW_S = 2.0  # a stream that submitted this recently is expected to submit again
 
-    def __init__(self, detector: Detector, *, max_batch: int = 8, max_wait_ms: float = 10.0) -> None:
+    def __init__(self, detector: Detector, *, max_batch: int = 8, max_wait_ms: float = 10.0,
+                 nice: int = 0) -> None:
         self.detector = detector
         self._last_submit: dict[int, float] = {}
         self.max_batch = max_batch
@@ -51,9 +64,13 @@ class InferenceBatcher:
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         # One thread per model: detectors are not thread-safe, and a second thread would only contend.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"infer-{detector.name}")
+        # ``nice``: on a shared CPU the voice loop (latency) goes before video analysis (throughput; a frame that
+        # waits is replaced by a newer one, counted as dropped).
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"infer-{detector.name}",
+                                            initializer=lower_thread_priority, initargs=(nice,))
         # Conversion runs beside inference (not in series with it): the next batch is ready when the model is.
-        self._convert = ThreadPoolExecutor(max_workers=2, thread_name_prefix="convert")
+        self._convert = ThreadPoolExecutor(max_workers=2, thread_name_prefix="convert",
+                                           initializer=lower_thread_priority, initargs=(nice,))
         self._metrics = telemetry.InferenceMetrics(detector.name)
 
     async def detect(self, frame: av.VideoFrame, stream: int = 0) -> BatchResult:

@@ -12,5 +12,10 @@ class VideoSettings(Section):
     target_fps: float = Field(5.0, gt=0, le=120, description="Default analysis rate; sessions may change it.")
     max_batch: int = Field(8, ge=1, description="Frames per batched inference call across streams.")
     max_wait_ms: float = Field(10.0, ge=0, description="How long the batcher waits to fill a batch.")
+    inference_nice: int = Field(
+        0, ge=0, le=19,
+        description="Niceness added to the detector's inference threads (Linux): on an oversubscribed CPU the "
+                    "voice loop keeps its latency and video analysis takes what is left (late frames are dropped, "
+                    "counted). 0: the detector competes equally.")
     zones: list[ZoneConfig] = Field(default_factory=list, description="Default zones for every session/source.")
     lines: list[LineConfig] = Field(default_factory=list, description="Default counting lines.")

@@ -49,8 +49,8 @@ async def start_nodes(redis: RedisServer, tmp_path: Path) -> AsyncIterator[Any]:
         nodes = [VigilProcess(tmp_path, node_config(redis.url, name, tmp_path, heartbeat_s=HEARTBEAT_S,
                                                     lease_s=LEASE_S, reconnect_max_s=RECONNECT_MAX_S))
                  for name in names]
+        started.extend(nodes)  # before starting: if one fails to start, the others are still stopped
         await asyncio.gather(*(asyncio.to_thread(node.start) for node in nodes))
-        started.extend(nodes)
         return nodes
 
     yield start
@@ -115,7 +115,12 @@ async def test_a_source_survives_its_nodes_death_and_moves_on_drain(start_nodes,
         await results_flow(http, second, source_id, timeout=BOUND_S)
         assert time.monotonic() - killed_at < BOUND_S
         assert await _listings_agree(http, survivors) == [(source_id, second_name)]
-        assert _metric(await _metrics(http, second), 'vigil_cluster_sources_taken_total{reason="takeover"}') == 1
+        metrics = await _metrics(http, second)
+        assert _metric(metrics, 'vigil_cluster_sources_taken_total{reason="takeover"}') == 1
+        # The survivor looked right when the lease ran out (not up to a heartbeat later), and published the
+        # source's new state at once (not at its next heartbeat).
+        assert _metric(metrics, 'vigil_cluster_passes_total{trigger="lease_expiry"}') >= 1
+        assert _metric(metrics, 'vigil_cluster_passes_total{trigger="source_state"}') >= 1
 
         # Drain the new owner with the CLI: the last node takes over, with no gap longer than the bound.
         drained_at = time.monotonic()

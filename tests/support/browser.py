@@ -59,7 +59,10 @@ def write_wav(path: Path, pcm: np.ndarray, rate: int) -> Path:
 class VigilProcess:
     """``vigil serve`` (the real CLI) on a free loopback port, configured by a YAML file."""
 
-    def __init__(self, workdir: Path, config: dict[str, Any], token: str | None = None) -> None:
+    def __init__(self, workdir: Path, config: dict[str, Any], token: str | None = None,
+                 root: Path = REPO_ROOT) -> None:
+        """``root``: the checkout to serve (benches compare another revision beside this one)."""
+        self.root = root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = token
@@ -72,14 +75,14 @@ class VigilProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 180.0) -> VigilProcess:
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "YOLO_OFFLINE": "1", "YOLO_AUTOINSTALL": "False"}
+        env = {**os.environ, "PYTHONPATH": str(self.root), "YOLO_OFFLINE": "1", "YOLO_AUTOINSTALL": "False"}
         if self.token:
             env["VIGIL_AUTH__TOKEN"] = self.token
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "server.cli", "serve", "--config", str(self.config_path),
                  "--host", "127.0.0.1", "--port", str(self.port)],
-                cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import itertools
+from fractions import Fraction
+
+import av
+import pytest
 
 from models.batch_stt import FileSegment
 from models.llm import ChatMessage, LlmRequest
 from models.router import CostAware, LeastConnections, LeastLatency, ModelAffinity, Upstream, UpstreamConfig
 from pipelines.batch.formats import Transcript, as_text
 from pipelines.serving.content_filter import StreamingContentFilter
-from pipelines.session import FpsSampler
+from pipelines.session import FpsSampler, _TrackTime
 
 # ---------------------------------------------------------------- FPS sampling
 
@@ -30,6 +34,19 @@ def test_fps_sampler_takes_a_slower_stream_whole_and_retargets():
     assert all(sampler.due(i * 0.5) for i in range(10))  # 2 fps < 10 fps: every frame
     sampler.retarget(1.0)
     assert sampler.due(5.0) and not sampler.due(5.5) and sampler.due(6.0)
+
+
+def test_media_time_runs_on_across_a_wrap_of_the_32_bit_rtp_timestamp():
+    track_time, sampler = _TrackTime(), FpsSampler(5.0)
+    start = (1 << 32) - 90_000  # a sender whose random first timestamp is one second before the wrap
+    seconds, sampled = [], 0
+    for index in range(30):  # 3 s at 10 fps, 90 kHz clock
+        frame = av.VideoFrame(16, 16, "yuv420p")
+        frame.pts, frame.time_base = (start + index * 9_000) % (1 << 32), Fraction(1, 90_000)
+        seconds.append(track_time.of(frame))
+        sampled += sampler.due(seconds[-1])
+    assert seconds == pytest.approx([index / 10 for index in range(30)])
+    assert sampled == 15  # 5 per second, also after the wrap
 
 
 # ---------------------------------------------------------------- router ranking
