@@ -11,6 +11,7 @@ itself lives in the SQLite store, which can rebuild this table."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Sequence
 from datetime import timedelta
@@ -23,7 +24,9 @@ from pipelines.memory.entries import MemoryEntry, SearchFilters
 log = logging.getLogger(__name__)
 
 INDEX_MIN_ROWS = 5_000  # below this a flat search (every vector) is faster than training an index is worth
+PROBES = 20  # IVF partitions searched at least (LanceDB's default), of about sqrt(rows)
 OPTIMIZE_EVERY_WRITES = 64  # each write is a Lance fragment; compaction keeps searches from visiting hundreds
+OPTIMIZE_EVERY_ROWS = 4_096  # rows not in the index yet are searched one by one
 OLD_VERSIONS_KEPT = timedelta(minutes=1)  # a search in flight still reads the version it started on
 
 
@@ -59,7 +62,7 @@ class LanceVectors:
         self._db = lancedb.connect(str(self.path))
         self._table = self._db.create_table(table, schema=self._schema, exist_ok=True)
         self._maintenance = threading.Lock()
-        self._writes_since_optimize = 0
+        self._writes_since_optimize = self._rows_since_optimize = 0
         self._indexed_at_rows = self._table.count_rows() if self._has_index() else 0
 
     def _has_index(self) -> bool:
@@ -82,39 +85,40 @@ class LanceVectors:
             "wall_time": pa.array([float(e.wall_time) for e in entries], pa.float64()),
         }, schema=self._schema)
         self._table.add(batch)
-        self._maintain()
+        self._maintain(len(entries))
 
-    def _maintain(self) -> None:
+    def _maintain(self, added: int) -> None:
         """Train the IVF index once the table is big enough, retrain it when the table doubled (its partitions
         were cut for fewer rows), and compact every so often (which also adds new rows to the index)."""
         with self._maintenance:
             self._writes_since_optimize += 1
+            self._rows_since_optimize += added
             rows = self.count()
             if rows >= INDEX_MIN_ROWS and rows >= 2 * self._indexed_at_rows:
-                self._table.create_index(vector_column_name="vector", metric="dot", index_type="IVF_FLAT",
+                from lancedb.index import IvfFlat
+
+                # ~sqrt(rows) partitions (LanceDB's default cuts ~4k-row partitions: 20 probes of 24 at 100k
+                # rows is nearly a flat search); 20 probes then compare ~6% of the vectors.
+                partitions = max(8, math.isqrt(rows))
+                self._table.create_index("vector", config=IvfFlat(distance_type="dot", num_partitions=partitions),
                                          replace=True)
                 self._indexed_at_rows = rows
+                self._writes_since_optimize = self._rows_since_optimize = 0
                 log.info("memory: vector index (IVF_FLAT) trained on %d entries", rows)
-            elif self._writes_since_optimize >= OPTIMIZE_EVERY_WRITES:
+            elif (self._writes_since_optimize >= OPTIMIZE_EVERY_WRITES
+                  or self._rows_since_optimize >= OPTIMIZE_EVERY_ROWS):
                 self._table.optimize(cleanup_older_than=OLD_VERSIONS_KEPT)
-                self._writes_since_optimize = 0
+                self._writes_since_optimize = self._rows_since_optimize = 0
 
     def search(self, vector: np.ndarray, filters: SearchFilters, limit: int) -> list[int]:
         """Ids of the nearest vectors (inner product: cosine on unit vectors) that pass the filters, nearest
-        first. The IVF index probes the nearest partitions only; when a selective filter leaves fewer than
-        ``limit`` there, the search is redone over every vector that passes it."""
-        def query(exhaustive: bool) -> list[int]:
-            builder = (self._table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
-                       .distance_type("dot").where(lance_filter(filters), prefilter=True)
-                       .select(["id", "_distance"]).limit(limit))
-            if exhaustive:
-                builder = builder.bypass_vector_index()
-            return [int(i) for i in builder.to_arrow()["id"].to_pylist()]
-
-        ids = query(exhaustive=False)
-        if len(ids) < limit and self._indexed_at_rows:
-            ids = query(exhaustive=True)
-        return ids
+        first. The filter is applied first; the IVF index probes the ``PROBES`` nearest partitions, and more
+        (``maximum_nprobes(0)``: no bound) while a selective filter leaves fewer than ``limit`` rows there."""
+        query = (self._table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
+                 .distance_type("dot").where(lance_filter(filters), prefilter=True)
+                 .minimum_nprobes(PROBES).maximum_nprobes(0)
+                 .select(["id", "_distance"]).limit(limit))  # _distance: selecting without it logs a warning
+        return [int(i) for i in query.to_arrow()["id"].to_pylist()]
 
     def delete(self, ids: Sequence[int]) -> None:
         if ids:
