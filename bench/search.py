@@ -9,14 +9,15 @@ Okafor did, while vector search gets the paraphrase) and vehicles ("Delivery van
 minutes." / "How long did the KX17 ABC van stay at the loading area?": the plate is the shared keyword, which a
 sentence embedding blurs among many similar vans). recall@5 counts questions whose needle is in the top 5.
 
-Real timelines repeat themselves ("person entered zone 'loading bay'" thousands of times), and MiniLM on a shared
-2-core CPU embeds a few dozen texts per second, so the fillers are drawn from a few thousand distinct texts:
-each distinct text is embedded once and cached in ``.cache/bench-search/`` (git-ignored); entries then carry
-different sessions, kinds and times. The index is built in this process through ``MemoryIndex`` with those cached
-vectors (``PrecomputedEmbedderForBench``, the bench's seam); ingestion with real embedding is measured on fresh
-texts separately. Searches are measured where a user meets them: ``GET /api/search`` over HTTP against
-``vigil serve`` in its own process with the default memory config (MiniLM embeds each query there), sequential
-requests; the server's own step timings (``timings_ms``) explain where the time goes.
+Every entry's text is distinct: the fillers are generated combinatorially (``filler_texts``: eleven templates
+whose slots span far more combinations than needed, drawn without repeats), so no search is helped or hurt by
+identical vectors. MiniLM on a shared 2-core CPU embeds 50-300 texts per second, so the texts are embedded once
+and cached in ``.cache/bench-search/`` (git-ignored; the first run spends minutes on 100k texts). The index is
+built in this process through ``MemoryIndex`` with those cached vectors (``PrecomputedEmbedderForBench``, the
+bench's seam); ingestion with real embedding is measured on fresh texts separately. Searches are measured where
+a user meets them: ``GET /api/search`` over HTTP against ``vigil serve`` in its own process with the default
+memory config (MiniLM embeds each query there), sequential requests; the server's own step timings
+(``timings_ms``) explain where the time goes.
 
     nice unshare -n bash -c 'ip link set lo up && .venv/bin/python -m bench.search'
 """

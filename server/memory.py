@@ -140,7 +140,8 @@ class SearchResponse(BaseModel):
     query: str
     mode: str
     took_ms: float
-    timings_ms: dict[str, float] = Field(description="Server-side steps: keyword, embed (the query), vector, fetch.")
+    timings_ms: dict[str, float] = Field(description="Server-side steps: keyword, embed (the query), vector, fetch "
+                                         "(in hybrid mode, keyword runs beside embed and vector).")
     results: list[SearchResult]
 
 

@@ -85,6 +85,7 @@ class MemoryIndex:
         self._queue: asyncio.Queue[MemoryEntry] = asyncio.Queue(queue_max)
         self._writer = ThreadPoolExecutor(1, "memory-write")
         self._readers = ThreadPoolExecutor(2, "memory-read")
+        self._keyword_pool = ThreadPoolExecutor(2, "memory-keyword")  # beside a reader embedding the query
         self._open_lock = threading.Lock()  # held while the models load (seconds)
         self._store_lock = threading.Lock()  # only while SQLite opens: deleting never waits for a model
         self._store: EntryStore | None = None
@@ -115,6 +116,7 @@ class MemoryIndex:
         await loop.run_in_executor(self._writer, self._release)
         self._writer.shutdown(wait=False)
         self._readers.shutdown(wait=False)
+        self._keyword_pool.shutdown(wait=False)
 
     def _release(self) -> None:
         with self._open_lock, self._store_lock:
@@ -239,31 +241,40 @@ class MemoryIndex:
 
     def search_blocking(self, query: str, filters: SearchFilters, limit: int, mode: SearchMode = "hybrid",
                         timings: dict[str, float] | None = None) -> list[SearchHit]:
-        """``timings`` (when given) receives each step's milliseconds: keyword, embed, vector, fetch."""
+        """``timings`` (when given) receives each step's milliseconds: keyword, embed, vector, fetch. In hybrid
+        mode the keyword search (SQLite) runs on its own thread while the query is embedded (torch): both release
+        the GIL, so on two idle cores the keyword step costs no wall time."""
         store, embedder, vectors = self._open()
         depth = max(self.candidates, limit)
-        clock = time.perf_counter()
         steps: dict[str, float] = {}
 
-        def lap(step: str) -> None:
-            nonlocal clock
-            now = time.perf_counter()
-            steps[step] = round((now - clock) * 1000.0, 2)
-            clock = now
+        def timed(step: str, started: float) -> None:
+            steps[step] = round((time.perf_counter() - started) * 1000.0, 2)
+
+        def keyword_search() -> list[tuple[int, float]]:
+            started = time.perf_counter()
+            found = store.keyword_search(query, filters, depth)
+            timed("keyword", started)
+            return found
 
         keyword: list[tuple[int, float]] = []
         vector: list[tuple[int, float]] = []
-        if mode != "vector":
-            keyword = store.keyword_search(query, filters, depth)
-            lap("keyword")
+        pending = self._keyword_pool.submit(keyword_search) if mode == "hybrid" else None
+        if mode == "keyword":
+            keyword = keyword_search()
         if mode != "keyword":
+            started = time.perf_counter()
             query_vector = embedder.embed([query])[0]
-            lap("embed")
+            timed("embed", started)
+            started = time.perf_counter()
             vector = [(i, rank) for rank, i in enumerate(vectors.search(query_vector, filters, depth), start=1)]
-            lap("vector")
+            timed("vector", started)
+        if pending is not None:
+            keyword = pending.result()
         fused = reciprocal_rank_fusion([keyword, vector], self.rrf_k)[:limit]
+        started = time.perf_counter()
         entries = store.get([entry_id for entry_id, _, _ in fused])
-        lap("fetch")
+        timed("fetch", started)
         if timings is not None:
             timings.update(steps)
         return [SearchHit(entries[i], round(score, 6), ranks[0], ranks[1]) for i, score, ranks in fused
