@@ -20,14 +20,15 @@ def _corpus(count: int) -> tuple[list[MemoryEntry], np.ndarray]:
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     entries = []
     for i in range(count):
-        session = "rare" if i % 2000 == 7 else f"cam{i % 300}"  # "rare": 3 rows scattered over the partitions
+        session = "rare" if i % 2000 == 7 else f"cam{i % 300}"  # "rare": 6 rows scattered over the partitions
         kind = "scene" if i % 10 == 0 else "event"
         entries.append(MemoryEntry(kind, f"entry {i}", session, session, None, 1000.0 + i, id=i + 1))
     return entries, vectors
 
 
 def test_indexed_search_filters_deletes_and_reopens(tmp_path: Path):
-    entries, vectors = _corpus(INDEX_MIN_ROWS + 1000)
+    # Trained at 5,000 rows, retrained at 10,000 into ~31 partitions: 20 probes miss some.
+    entries, vectors = _corpus(2 * INDEX_MIN_ROWS + 2000)
     index = LanceVectors(tmp_path / "vectors.lance", "vigil_memory", DIM)
     for start in range(0, len(entries), 500):
         index.add(entries[start:start + 500], vectors[start:start + 500])
@@ -35,9 +36,9 @@ def test_indexed_search_filters_deletes_and_reopens(tmp_path: Path):
 
     everything = SearchFilters()
     assert index.search(vectors[1234], everything, 10)[0] == 1235  # itself first (ids are 1-based)
-    # Three rows in scattered partitions: the search probes past its 20 partitions until it has them all.
+    # Six rows in scattered partitions: the search probes past its 20 partitions until it has them all.
     rare = [e.id for e in entries if e.session == "rare"]
-    assert len(rare) == 3
+    assert len(rare) == 6
     assert sorted(index.search(vectors[0], SearchFilters(session="rare"), 10)) == rare
     scenes = index.search(vectors[40], SearchFilters(kinds=("scene",)), 20)
     assert scenes[0] == 41 and all((i - 1) % 10 == 0 for i in scenes)
@@ -65,3 +66,20 @@ def test_a_small_table_is_searched_without_an_index(tmp_path: Path):
     assert index.search(vectors[7], SearchFilters(session="rare"), 5) == [8]
     quoted = SearchFilters(source="it's \"odd\"")  # a value with quotes is a literal, not SQL
     assert index.search(vectors[7], quoted, 5) == []
+
+
+def test_document_chunks_and_timeline_entries_are_searched_apart_and_together(tmp_path: Path):
+    entries, vectors = _corpus(40)
+    for entry in entries[:10]:  # ids 1..10 become document chunks (their own table)
+        entry.kind, entry.source, entry.document_id = "document", "handbook", "doc-1"
+    index = LanceVectors(tmp_path / "vectors.lance", "vigil_memory", DIM)
+    index.add(entries, vectors)
+    assert index.count() == 40
+    assert index.search(vectors[3], SearchFilters(), 5)[0] > 10  # timeline kinds only: no chunk
+    assert index.search(vectors[3], SearchFilters(kinds=("document",)), 5)[0] == 4
+    chunks = index.search(vectors[3], SearchFilters(kinds=("document",), document_id="doc-1"), 40)
+    assert set(chunks) == set(range(1, 11))
+    both = index.search(vectors[30], SearchFilters(kinds=("event", "scene", "document")), 40)
+    assert both[0] == 31 and set(both) == set(range(1, 41))  # the _corpus's kinds are event and scene
+    index.delete([4, 31])
+    assert 4 not in index.search(vectors[3], SearchFilters(kinds=("document",)), 5) and index.count() == 38
