@@ -13,6 +13,7 @@ session, wall time, document); the entry itself lives in the SQLite store, which
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from datetime import timedelta
@@ -116,6 +117,9 @@ class _VectorTable:
 
 class LanceVectors:
     def __init__(self, path: Path, table: str, dimension: int) -> None:
+        # LanceDB's Rust logger (read once, at import) warns on stderr at every optimize() that splits partitions
+        # ("partition index is N but the number of partitions is M"): harmless, and not Vigil's log format.
+        os.environ.setdefault("LANCEDB_LOG", "error")
         import lancedb  # deferred: only a server that uses its memory pays for the import
         import pyarrow as pa
 
