@@ -9,14 +9,15 @@ Okafor did, while vector search gets the paraphrase) and vehicles ("Delivery van
 minutes." / "How long did the KX17 ABC van stay at the loading area?": the plate is the shared keyword, which a
 sentence embedding blurs among many similar vans). recall@5 counts questions whose needle is in the top 5.
 
-Real timelines repeat themselves ("person entered zone 'loading bay'" thousands of times), and MiniLM on a shared
-2-core CPU embeds a few dozen texts per second, so the fillers are drawn from a few thousand distinct texts:
-each distinct text is embedded once and cached in ``.cache/bench-search/`` (git-ignored); entries then carry
-different sessions, kinds and times. The index is built in this process through ``MemoryIndex`` with those cached
-vectors (``PrecomputedEmbedderForBench``, the bench's seam); ingestion with real embedding is measured on fresh
-texts separately. Searches are measured where a user meets them: ``GET /api/search`` over HTTP against
-``vigil serve`` in its own process with the default memory config (MiniLM embeds each query there), sequential
-requests; the server's own step timings (``timings_ms``) explain where the time goes.
+Every entry's text is distinct: the fillers are generated combinatorially (``filler_texts``: eleven templates
+whose slots span far more combinations than needed, drawn without repeats), so no search is helped or hurt by
+identical vectors. MiniLM on a shared 2-core CPU embeds 50-300 texts per second, so the texts are embedded once
+and cached in ``.cache/bench-search/`` (git-ignored; the first run spends minutes on 100k texts). The index is
+built in this process through ``MemoryIndex`` with those cached vectors (``PrecomputedEmbedderForBench``, the
+bench's seam); ingestion with real embedding is measured on fresh texts separately. Searches are measured where
+a user meets them: ``GET /api/search`` over HTTP against ``vigil serve`` in its own process with the default
+memory config (MiniLM embeds each query there), sequential requests; the server's own step timings
+(``timings_ms``) explain where the time goes.
 
     nice unshare -n bash -c 'ip link set lo up && .venv/bin/python -m bench.search'
 """
@@ -43,7 +44,7 @@ import yaml
 
 from pipelines.memory.entries import MemoryEntry
 from pipelines.memory.index import MemoryIndex
-from pipelines.memory.vectors import MilvusVectors
+from pipelines.memory.lance_vectors import LanceVectors
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "bench-search"
@@ -94,29 +95,49 @@ def needles(count: int = 200) -> list[tuple[str, str]]:
     return pairs
 
 
+WHEN = ["this morning", "at noon", "this afternoon", "this evening", "last night", "at dawn", "before lunch",
+        "after lunch", "around nine", "around eleven", "around two", "around five", "yesterday", "on Monday",
+        "on Tuesday", "on Wednesday", "on Thursday", "on Friday", "on Saturday", "on Sunday", "just now",
+        "an hour ago", "twice today", "earlier"]
+COLOURS = ["red", "blue", "white", "black", "grey", "green", "silver", "yellow"]
+
+
 def filler_texts(count: int) -> list[tuple[str, str]]:
-    """(kind, text) distinct filler entries mentioning the same names, objects and places."""
+    """``count`` distinct (kind, text) filler entries, generated combinatorially: eleven templates, an equal share
+    each, whose slots (names, objects, places, labels, track ids, times, colours, plates...) span far more
+    combinations than the share, drawn without repeats. They mention the same names, objects and places as the
+    needles, so both searches have near misses to rank below them."""
     rng = random.Random(11)
+    templates = [
+        ("event", lambda: f"{rng.choice(LABELS)} (track {rng.randint(1, 2000)}) entered zone "
+                          f"'{rng.choice(PLACES)[0]}'"),
+        ("event", lambda: f"{rng.choice(LABELS)} (track {rng.randint(1, 2000)}) left zone '{rng.choice(PLACES)[0]}' "
+                          f"after {rng.randint(1, 90)}.0 s"),
+        ("event", lambda: f"{rng.choice(LABELS)} (track {rng.randint(1, 2000)}) crossed line "
+                          f"'{rng.choice(PLACES)[0]}' going {rng.choice(['in', 'out'])}"),
+        ("scene", lambda: f"The camera currently sees {rng.randint(1, 4)} {rng.choice(LABELS)}s and 1 "
+                          f"{rng.choice(OBJECTS)[0]}. Zone '{rng.choice(PLACES)[0]}' has {rng.randint(0, 3)} "
+                          f"object(s) in it."),
+        ("transcript", lambda: f"{rng.choice(NAMES)} walked past the {rng.choice(PLACES)[0]} {rng.choice(WHEN)}."),
+        ("transcript", lambda: f"Has anyone seen the {rng.choice(OBJECTS)[0]}? {rng.choice(NAMES)} was asking "
+                               f"{rng.choice(WHEN)}."),
+        ("transcript", lambda: f"{rng.choice(NAMES)} called about the {rng.choice(PLACES)[0]} at "
+                               f"{rng.randint(1, 12)} o'clock {rng.choice(WHEN[12:20])}."),
+        ("reply", lambda: f"I can see {rng.randint(1, 4)} {rng.choice(COLOURS)} {rng.choice(LABELS)}s near the "
+                          f"{rng.choice(PLACES)[0]} {rng.choice(WHEN)}."),
+        ("event", lambda: f"truck (track {rng.randint(1, 2000)}) entered zone 'dock {rng.randint(1, 9)}'"),
+        ("transcript", lambda: f"Van {plate(rng)} is booked for dock {rng.randint(1, 9)} {rng.choice(WHEN[12:20])}."),
+        ("transcript", lambda: f"Delivery van {plate(rng)} left the loading area after {rng.randint(5, 55)} minutes."),
+    ]
     made: dict[str, str] = {}
-    while len(made) < count:
-        name, (obj, _), (place, _) = rng.choice(NAMES), rng.choice(OBJECTS), rng.choice(PLACES)
-        label, track = rng.choice(LABELS), rng.randint(1, 400)
-        kind, text = rng.choice([
-            ("event", f"{label} (track {track}) entered zone '{place}'"),
-            ("event", f"{label} (track {track}) left zone '{place}' after {rng.randint(1, 90)}.0 s"),
-            ("event", f"{label} (track {track}) crossed line '{place}' going {rng.choice(['in', 'out'])}"),
-            ("scene", f"The camera currently sees {rng.randint(1, 4)} {label}s and 1 {obj}. Zone '{place}' has "
-                      f"{rng.randint(0, 3)} object(s) in it."),
-            ("transcript", f"{name} walked past the {place} this morning."),
-            ("transcript", f"Has anyone seen the {obj}? {name} was asking."),
-            ("transcript", f"{name} called about the {place} at {rng.randint(1, 12)} o'clock."),
-            ("reply", f"I can see {rng.randint(1, 4)} {label}s near the {place} right now."),
-            ("event", f"truck (track {track}) entered zone 'dock {rng.randint(1, 9)}'"),
-            ("transcript", f"Van {plate(rng)} is booked for dock {rng.randint(1, 9)} tomorrow."),
-            ("transcript", f"Delivery van {plate(rng)} left the loading area after {rng.randint(5, 55)} minutes."),
-        ])
-        made.setdefault(text, kind)
-    return [(kind, text) for text, kind in made.items()]
+    for number, (kind, draw) in enumerate(templates):
+        share = (count * (number + 1)) // len(templates) - (count * number) // len(templates)
+        quota = len(made) + share
+        while len(made) < quota:  # every template spans >= 15,000 texts: a share of 100k is ~9,100
+            made.setdefault(draw(), kind)
+    texts = list(made.items())
+    rng.shuffle(texts)
+    return [(kind, text) for text, kind in texts]
 
 
 def embed_cached(texts: list[str]) -> np.ndarray:
@@ -125,6 +146,7 @@ def embed_cached(texts: list[str]) -> np.ndarray:
     path = CACHE / f"minilm-{key}.npy"
     if path.exists():
         return np.load(path)
+    print(f"  embedding {len(texts):,} distinct texts with MiniLM (once; cached in {CACHE})", flush=True)
     from models.embeddings import MiniLmEmbedder
 
     embedder = MiniLmEmbedder()
@@ -132,7 +154,8 @@ def embed_cached(texts: list[str]) -> np.ndarray:
     parts = []
     for start in range(0, len(texts), 256):
         parts.append(embedder.embed(texts[start:start + 256]))
-        print(f"  embedded {start + len(parts[-1])}/{len(texts)} distinct texts "
+        if len(parts) % 40 == 0 or start + 256 >= len(texts):
+            print(f"  embedded {start + len(parts[-1])}/{len(texts)} distinct texts "
               f"({(start + len(parts[-1])) / (time.perf_counter() - started):.0f}/s)", flush=True)
     vectors = np.concatenate(parts)
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -155,12 +178,13 @@ class PrecomputedEmbedderForBench:
 
 
 def corpus(size: int, pairs: list[tuple[str, str]], fillers: list[tuple[str, str]]) -> list[MemoryEntry]:
+    """The needles and the first ``size - len(pairs)`` fillers: every entry's text is distinct."""
     rng = random.Random(size)
     now = time.time()
     entries = [MemoryEntry("transcript", fact, "cam-needles", "cam-needles", 1.0, now - rng.uniform(0, 86_400))
                for fact, _ in pairs]
-    for index in range(size - len(entries)):
-        kind, text = fillers[index % len(fillers)] if index < len(fillers) else rng.choice(fillers)
+    assert len(fillers) >= size - len(entries), "fewer distinct fillers than the corpus needs"
+    for kind, text in fillers[:size - len(entries)]:
         source = f"cam{rng.randint(1, 20)}"
         entries.append(MemoryEntry(kind, text, source, source, rng.uniform(0, 3600), now - rng.uniform(0, 86_400)))
     rng.shuffle(entries)
@@ -170,7 +194,7 @@ def corpus(size: int, pairs: list[tuple[str, str]], fillers: list[tuple[str, str
 async def build_index(data_dir: Path, entries: list[MemoryEntry], embedder: PrecomputedEmbedderForBench) -> float:
     """Index ``entries`` through MemoryIndex.add (batched, as live ingestion does); returns entries/s."""
     index = MemoryIndex(data_dir, lambda: embedder,
-                        lambda dim: MilvusVectors(str(data_dir / "vectors.db"), "vigil_memory", dim),
+                        lambda dim: LanceVectors(data_dir / "vectors.lance", "vigil_memory", dim),
                         queue_max=len(entries) + 1, batch_max=256)
     index.start()
     started = time.perf_counter()
@@ -182,13 +206,13 @@ async def build_index(data_dir: Path, entries: list[MemoryEntry], embedder: Prec
 
 
 async def ingestion_with_embedding(data_dir: Path, count: int) -> float:
-    """Fresh texts through the real path: MiniLM embeds each batch, then SQLite and Milvus Lite."""
+    """Fresh texts through the real path: MiniLM embeds each batch, then SQLite and LanceDB."""
     from models.embeddings import MiniLmEmbedder
 
     embedder = MiniLmEmbedder()
     embedder.embed(["warm-up"])
     index = MemoryIndex(data_dir, lambda: embedder,
-                        lambda dim: MilvusVectors(str(data_dir / "vectors.db"), "vigil_memory", dim),
+                        lambda dim: LanceVectors(data_dir / "vectors.lance", "vigil_memory", dim),
                         queue_max=count + 1, batch_max=64)
     index.start()
     rng = random.Random(3)
@@ -304,10 +328,10 @@ def voice_detector_cost(rounds: int = 2000) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     print(f"bench.search on {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.1f}; MiniLM-L6 embeddings, "
-          f"SQLite FTS5 + Milvus Lite (HNSW) in one data dir, `vigil serve` in its own process")
+          f"SQLite FTS5 + LanceDB (IVF_FLAT) in one data dir, `vigil serve` in its own process")
     voice_detector_cost()
     pairs = needles(args.questions)
-    fillers = filler_texts(args.distinct)
+    fillers = filler_texts(max(args.sizes) - len(pairs))
     texts = [fact for fact, _ in pairs] + [text for _, text in fillers]
     vectors = embed_cached(texts)
     embedder = PrecomputedEmbedderForBench(texts, vectors)
@@ -320,7 +344,7 @@ async def main(args: argparse.Namespace) -> None:
         for size in args.sizes:
             data_dir = root / f"n{size}"
             write_rate = await build_index(data_dir, corpus(size, pairs, fillers), embedder)
-            print(f"ingestion, vectors precomputed ({size:,} entries: SQLite + FTS5 + Milvus Lite): "
+            print(f"ingestion, vectors precomputed ({size:,} entries: SQLite + FTS5 + LanceDB): "
                   f"{write_rate:,.0f} entries/s", flush=True)
             async with VigilServe(data_dir) as server:
                 rows.append((size, await measure(server.url, pairs)))
@@ -343,7 +367,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--questions", type=int, default=200, help="needle facts, one paraphrased question each")
-    parser.add_argument("--distinct", type=int, default=3000, help="distinct filler texts (embedded once)")
     parser.add_argument("--ingest", type=int, default=500, help="fresh entries for the embedding ingestion rate")
     return parser.parse_args(argv)
 

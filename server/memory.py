@@ -19,7 +19,8 @@ from models.embeddings import TextEmbedder
 from pipelines.memory.documents import document_entries
 from pipelines.memory.entries import KINDS, TIMELINE_KINDS, SearchFilters, SearchHit
 from pipelines.memory.feed import TimelineFeed
-from pipelines.memory.index import MemoryIndex, SearchMode
+from pipelines.memory.index import MemoryIndex, SearchMode, VectorIndex
+from pipelines.memory.lance_vectors import LanceVectors
 from pipelines.memory.recall import MemoryRecall
 from pipelines.memory.vectors import MilvusVectors
 from pipelines.serving.chat import ChatInput
@@ -41,14 +42,21 @@ MODES: tuple[SearchMode, ...] = ("hybrid", "keyword", "vector")
 def build_index(settings: Settings, embedder: Callable[[], TextEmbedder]) -> MemoryIndex:
     """``embedder``: the app's MiniLM (``Engines.embedder``, loaded on first use and shared with the chat cache)."""
     config = settings.memory
-    uri = config.uri or str(config.data_dir / "vectors.db")  # a .db path: pymilvus runs Milvus Lite in-process
-    token = config.token.get_secret_value() if config.token else None
     return MemoryIndex(
         config.data_dir,
         embedder=embedder,
-        vectors=lambda dimension: MilvusVectors(uri, config.collection, dimension, token=token),
+        vectors=lambda dimension: open_vectors(settings, dimension),
         queue_max=config.queue_max, batch_max=config.batch_max, candidates=config.candidates, rrf_k=config.rrf_k,
     )
+
+
+def open_vectors(settings: Settings, dimension: int) -> VectorIndex:
+    """The vector index: LanceDB embedded in ``data_dir`` (the default), or a Milvus server at ``memory.uri``."""
+    config = settings.memory
+    if config.uri is None:
+        return LanceVectors(config.data_dir / "vectors.lance", config.collection, dimension)
+    token = config.token.get_secret_value() if config.token else None
+    return MilvusVectors(config.uri, config.collection, dimension, token=token)
 
 
 def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers) -> MemoryIndex | None:
@@ -89,6 +97,7 @@ def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers)
                         "/api/search still searches documents", why)
             return
         store.add_listener(TimelineFeed(index.add, asyncio.get_running_loop(), event_names=config.event_names))
+        store.add_delete_listener(index.forget_events)  # a deleted or expired timeline entry leaves memory too
 
     async def close(app: web.Application) -> None:
         await index.close()
@@ -131,7 +140,8 @@ class SearchResponse(BaseModel):
     query: str
     mode: str
     took_ms: float
-    timings_ms: dict[str, float] = Field(description="Server-side steps: keyword, embed (the query), vector, fetch.")
+    timings_ms: dict[str, float] = Field(description="Server-side steps: keyword, embed (the query), vector, fetch "
+                                         "(in hybrid mode, keyword runs beside embed and vector).")
     results: list[SearchResult]
 
 

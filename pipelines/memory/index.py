@@ -6,8 +6,8 @@ stored is lost), then embeds it and adds the vectors. Entries whose vectors neve
 are embedded again when the index next opens. Models and the vector index load lazily, on the first entry or
 search, so a server that never uses its memory never pays for torch.
 
-Search: keyword (SQLite FTS5, BM25) and vector (MiniLM + Milvus) candidates under the same filters, fused by
-reciprocal rank: score = sum over the lists an entry is in of 1 / (rrf_k + rank).
+Search: keyword (SQLite FTS5, BM25) and vector (MiniLM + LanceDB, or a Milvus server) candidates under the same
+filters, fused by reciprocal rank: score = sum over the lists an entry is in of 1 / (rrf_k + rank).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, Protocol
@@ -44,7 +45,11 @@ class VectorIndex(Protocol):
     def add(self, entries: Sequence[MemoryEntry], vectors: np.ndarray) -> None: ...
     def search(self, vector: np.ndarray, filters: SearchFilters, limit: int) -> list[int]: ...
     def delete(self, ids: Sequence[int]) -> None: ...
+    def count(self) -> int: ...
     def close(self) -> None: ...
+
+
+FORGOTTEN_MAX = 10_000  # timeline entries deleted recently, remembered so a still-queued copy is not indexed
 
 
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[tuple[int, float]]],
@@ -80,11 +85,15 @@ class MemoryIndex:
         self._queue: asyncio.Queue[MemoryEntry] = asyncio.Queue(queue_max)
         self._writer = ThreadPoolExecutor(1, "memory-write")
         self._readers = ThreadPoolExecutor(2, "memory-read")
-        self._open_lock = threading.Lock()
+        self._keyword_pool = ThreadPoolExecutor(2, "memory-keyword")  # beside a reader embedding the query
+        self._open_lock = threading.Lock()  # held while the models load (seconds)
+        self._store_lock = threading.Lock()  # only while SQLite opens: deleting never waits for a model
         self._store: EntryStore | None = None
         self._embedder: TextEmbedder | None = None
         self._vectors: VectorIndex | None = None
         self._worker: asyncio.Task[None] | None = None
+        self._forgotten: OrderedDict[str, None] = OrderedDict()  # event ids (any thread; under _forget_lock)
+        self._forget_lock = threading.Lock()
         self.dropped = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -107,34 +116,47 @@ class MemoryIndex:
         await loop.run_in_executor(self._writer, self._release)
         self._writer.shutdown(wait=False)
         self._readers.shutdown(wait=False)
+        self._keyword_pool.shutdown(wait=False)
 
     def _release(self) -> None:
-        with self._open_lock:
+        with self._open_lock, self._store_lock:
             if self._vectors is not None:
                 self._vectors.close()
             if self._store is not None:
                 self._store.close()
             self._vectors = self._store = None
 
-    def _open(self) -> tuple[EntryStore, TextEmbedder, VectorIndex]:
-        with self._open_lock:
-            if self._store is None or self._embedder is None or self._vectors is None:
-                started = time.perf_counter()
+    def _open_store(self) -> EntryStore:
+        """The SQLite store alone (no model): what deleting needs."""
+        with self._store_lock:
+            if self._store is None:
                 self.data_dir.mkdir(parents=True, exist_ok=True)
-                store = EntryStore(self.data_dir / "entries.sqlite3")
+                self._store = EntryStore(self.data_dir / "entries.sqlite3")
+            return self._store
+
+    def _open(self) -> tuple[EntryStore, TextEmbedder, VectorIndex]:
+        store = self._open_store()
+        with self._open_lock:
+            if self._embedder is None or self._vectors is None:
+                started = time.perf_counter()
                 embedder = self._embedder or self._embedder_factory()
                 self._vectors = self._vectors_factory(embedder.dimension)
-                self._store, self._embedder = store, embedder
+                self._embedder = embedder
                 log.info("memory opened in %.1f s: %d entries in %s", time.perf_counter() - started, store.count(),
                          self.data_dir)
+                if self._vectors.count() == 0 and store.count():
+                    # A new or lost vector index (e.g. moved to another engine): rebuild it from the record.
+                    store.mark_all_unindexed()
                 self._reindex(store, embedder, self._vectors)
-            return self._store, self._embedder, self._vectors
+            return store, self._embedder, self._vectors
 
     def _reindex(self, store: EntryStore, embedder: TextEmbedder, vectors: VectorIndex) -> None:
         while batch := store.unindexed(self._batch_max):
+            ids = [e.id for e in batch if e.id is not None]
+            vectors.delete(ids)  # a crash after the vector write but before mark_indexed: no duplicates
             vectors.add(batch, embedder.embed([e.text for e in batch]))
-            store.mark_indexed([e.id for e in batch if e.id is not None])
-            log.info("memory: re-embedded %d entries that had no vector", len(batch))
+            store.mark_indexed(ids)
+            log.info("memory: embedded %d entries that had no vector", len(batch))
 
     # ------------------------------------------------------------------ ingestion
 
@@ -163,8 +185,17 @@ class MemoryIndex:
         return await loop.run_in_executor(self._writer, self._write, list(entries))
 
     async def flush(self) -> None:
-        """Wait until everything queued so far is indexed."""
+        """Wait until everything queued so far is indexed (and vectors of deleted entries are gone)."""
         await self._queue.join()
+        await asyncio.get_running_loop().run_in_executor(self._writer, lambda: None)  # the writer is one thread
+
+    async def counts(self) -> tuple[int, int]:
+        """(entries stored, vectors indexed)."""
+        def count() -> tuple[int, int]:
+            store, _, vectors = self._open()
+            return store.count(), vectors.count()
+
+        return await asyncio.get_running_loop().run_in_executor(self._readers, count)
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
@@ -182,6 +213,10 @@ class MemoryIndex:
                 QUEUED.set(self._queue.qsize())
 
     def _write(self, entries: list[MemoryEntry]) -> list[int]:
+        with self._forget_lock:
+            entries = [e for e in entries if e.event_id is None or e.event_id not in self._forgotten]
+        if not entries:
+            return []
         store, embedder, vectors = self._open()
         ids = store.add(entries)  # the record first: a failure below is repaired on the next open
         try:
@@ -206,35 +241,71 @@ class MemoryIndex:
 
     def search_blocking(self, query: str, filters: SearchFilters, limit: int, mode: SearchMode = "hybrid",
                         timings: dict[str, float] | None = None) -> list[SearchHit]:
-        """``timings`` (when given) receives each step's milliseconds: keyword, embed, vector, fetch."""
+        """``timings`` (when given) receives each step's milliseconds: keyword, embed, vector, fetch. In hybrid
+        mode the keyword search (SQLite) runs on its own thread while the query is embedded (torch): both release
+        the GIL, so on two idle cores the keyword step costs no wall time."""
         store, embedder, vectors = self._open()
         depth = max(self.candidates, limit)
-        clock = time.perf_counter()
         steps: dict[str, float] = {}
 
-        def lap(step: str) -> None:
-            nonlocal clock
-            now = time.perf_counter()
-            steps[step] = round((now - clock) * 1000.0, 2)
-            clock = now
+        def timed(step: str, started: float) -> None:
+            steps[step] = round((time.perf_counter() - started) * 1000.0, 2)
+
+        def keyword_search() -> list[tuple[int, float]]:
+            started = time.perf_counter()
+            found = store.keyword_search(query, filters, depth)
+            timed("keyword", started)
+            return found
 
         keyword: list[tuple[int, float]] = []
         vector: list[tuple[int, float]] = []
-        if mode != "vector":
-            keyword = store.keyword_search(query, filters, depth)
-            lap("keyword")
+        pending = self._keyword_pool.submit(keyword_search) if mode == "hybrid" else None
+        if mode == "keyword":
+            keyword = keyword_search()
         if mode != "keyword":
+            started = time.perf_counter()
             query_vector = embedder.embed([query])[0]
-            lap("embed")
+            timed("embed", started)
+            started = time.perf_counter()
             vector = [(i, rank) for rank, i in enumerate(vectors.search(query_vector, filters, depth), start=1)]
-            lap("vector")
+            timed("vector", started)
+        if pending is not None:
+            keyword = pending.result()
         fused = reciprocal_rank_fusion([keyword, vector], self.rrf_k)[:limit]
+        started = time.perf_counter()
         entries = store.get([entry_id for entry_id, _, _ in fused])
-        lap("fetch")
+        timed("fetch", started)
         if timings is not None:
             timings.update(steps)
         return [SearchHit(entries[i], round(score, 6), ranks[0], ranks[1]) for i, score, ranks in fused
                 if i in entries]
+
+    def forget_events(self, event_ids: Iterable[str]) -> int:
+        """Remove the entries of deleted timeline entries (blocking; any thread: the timeline calls it when an
+        entry is deleted or expires). The record goes at once, so searches stop returning them; the vectors go on
+        the writer thread. Returns how many entries were removed."""
+        event_ids = list(event_ids)
+        if not event_ids:
+            return 0
+        with self._forget_lock:  # an entry still queued for indexing is dropped when its batch is written
+            for event_id in event_ids:
+                self._forgotten[event_id] = None
+                self._forgotten.move_to_end(event_id)
+            while len(self._forgotten) > FORGOTTEN_MAX:
+                self._forgotten.popitem(last=False)
+        ids = self._open_store().delete_events(event_ids)
+        if ids:
+            try:
+                self._writer.submit(self._delete_vectors, ids)
+            except RuntimeError:  # shut down: the vectors of rows no longer stored are never returned anyway
+                pass
+        return len(ids)
+
+    def _delete_vectors(self, ids: list[int]) -> None:
+        try:
+            self._open()[2].delete(ids)
+        except Exception:
+            log.exception("memory: deleting %d vectors failed", len(ids))
 
     async def documents(self, collection: str) -> list[dict[str, object]]:
         loop = asyncio.get_running_loop()

@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS entries (
 CREATE INDEX IF NOT EXISTS entries_kind_time ON entries (kind, wall_time);
 CREATE INDEX IF NOT EXISTS entries_source ON entries (source, wall_time);
 CREATE INDEX IF NOT EXISTS entries_document ON entries (document_id);
+CREATE INDEX IF NOT EXISTS entries_event ON entries (event_id);
 CREATE INDEX IF NOT EXISTS entries_unindexed ON entries (indexed) WHERE indexed = 0;
 CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5(text, tokenize = 'porter unicode61');
 """
@@ -137,6 +138,11 @@ class EntryStore:
         with db:
             db.executemany("UPDATE entries SET indexed = 1 WHERE id = ?", [(i,) for i in ids])
 
+    def mark_all_unindexed(self) -> None:
+        db = self._db()
+        with db:
+            db.execute("UPDATE entries SET indexed = 0")
+
     def unindexed(self, limit: int) -> list[MemoryEntry]:
         """Entries whose vectors never reached the vector index (e.g. the process died in between)."""
         rows = self._db().execute(f"SELECT {_COLUMNS} FROM entries e WHERE indexed = 0 ORDER BY id LIMIT ?",
@@ -149,6 +155,19 @@ class EntryStore:
             ids = [r[0] for r in db.execute("SELECT id FROM entries WHERE document_id = ?", (document_id,))]
             db.executemany("DELETE FROM entries_fts WHERE rowid = ?", [(i,) for i in ids])
             db.execute("DELETE FROM entries WHERE document_id = ?", (document_id,))
+        return ids
+
+    def delete_events(self, event_ids: Sequence[str]) -> list[int]:
+        """Remove the entries of these timeline entries (and their keyword index); returns their ids."""
+        db = self._db()
+        ids: list[int] = []
+        with db:
+            for start in range(0, len(event_ids), 500):  # SQLite's bound-parameter limit
+                part = list(event_ids[start:start + 500])
+                ids += [r[0] for r in db.execute(
+                    f"SELECT id FROM entries WHERE event_id IN ({','.join('?' * len(part))})", part)]
+            db.executemany("DELETE FROM entries_fts WHERE rowid = ?", [(i,) for i in ids])
+            db.executemany("DELETE FROM entries WHERE id = ?", [(i,) for i in ids])
         return ids
 
     # ------------------------------------------------------------------ reads

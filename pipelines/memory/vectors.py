@@ -1,5 +1,7 @@
-"""Entry vectors in a Milvus collection, through pymilvus: the same code talks to Milvus Lite (embedded: a ``.db``
-directory, served from this process) or to a Milvus server (an ``http://`` URI). Blocking: call from a thread.
+"""Entry vectors in a Milvus collection, through pymilvus: the memory's server mode (``memory.uri``: a Milvus
+server). The same code also talks to Milvus Lite (a ``.db`` directory, served from this process), which the
+embedded default no longer uses: its search walks every row in Python (docs/search.md). Blocking: call from a
+thread.
 
 Only what filters need is copied next to each vector (kind, source, session, wall time, document); the entry
 itself lives in the SQLite store."""
@@ -101,6 +103,9 @@ class MilvusVectors:
     def delete(self, ids: Sequence[int]) -> None:
         if ids:
             self._client.delete(self.collection, ids=list(ids))
+
+    def count(self) -> int:
+        return int(self._client.get_collection_stats(self.collection).get("row_count", 0))
 
     def close(self) -> None:
         self._client.close()

@@ -110,6 +110,7 @@ FailureCallback = Callable[[str], None]
 # Called on the writer thread with the entries of each batch once it is committed (e.g. the memory's feed): it
 # must not block and must hop to its own loop for anything that is not thread-safe.
 CommitListener = Callable[[list["TimelineEntry"]], None]
+DeleteListener = Callable[[list[str]], None]  # ids of entries deleted (by the API or by retention)
 
 
 class _Retention:
@@ -155,6 +156,7 @@ class TimelineStore:
         self._idle = threading.Condition()
         self._pending = 0
         self._listeners: list[CommitListener] = []
+        self._delete_listeners: list[DeleteListener] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -209,6 +211,18 @@ class TimelineStore:
     def add_listener(self, listener: CommitListener) -> None:
         """Hear of every entry committed from now on (a list append is atomic: safe beside the writer thread)."""
         self._listeners.append(listener)
+
+    def add_delete_listener(self, listener: DeleteListener) -> None:
+        """Hear of entries deleted from now on, after the deletion committed: on the deleting thread (the API's
+        worker thread, or the writer thread for retention), so a listener must be quick and never raise."""
+        self._delete_listeners.append(listener)
+
+    def _deleted(self, ids: list[str]) -> None:
+        for listener in self._delete_listeners if ids else ():
+            try:
+                listener(ids)
+            except Exception:  # a listener's bug must not stop a deletion or retention
+                log.exception("timeline delete listener failed")
 
     # ------------------------------------------------------------------ writes (never block)
 
@@ -374,6 +388,7 @@ class TimelineStore:
                 "SELECT 1 FROM entries WHERE clip = ? LIMIT 1", (entry.clip,)).fetchone() is not None
         for relative in (entry.snapshot, None if still_used else entry.clip):
             self._unlink(relative)
+        self._deleted([entry_id])
         return True
 
     # ------------------------------------------------------------------ retention (writer thread or tests)
@@ -394,9 +409,11 @@ class TimelineStore:
         cutoff = (now if now is not None else time.time()) - self.max_age_s
         try:
             with self._retention_lock:
-                old = self._conn.execute("SELECT clip, snapshot FROM entries WHERE wall_ts < ?", (cutoff,)).fetchall()
+                old = self._conn.execute("SELECT id, clip, snapshot FROM entries WHERE wall_ts < ?",
+                                         (cutoff,)).fetchall()
                 with _transaction(self._conn):
                     self._conn.execute("DELETE FROM entries WHERE wall_ts < ?", (cutoff,))
+                self._deleted([row["id"] for row in old])
                 for row in old:
                     self._unlink(row["snapshot"])
                     if row["clip"] and self._conn.execute("SELECT 1 FROM entries WHERE clip = ? LIMIT 1",

@@ -32,14 +32,14 @@ class MemorySettings(Section):
     enabled: bool = Field(True, description="Index what the timeline records (transcripts, replies, events, alerts, "
                           "scene summaries when they changed) for search; needs storage.enabled.")
     data_dir: Path = Field(Path("data/memory"), description="The entry store (SQLite, FTS5) and, with no uri, the "
-                           "embedded Milvus Lite vector index.")
+                           "embedded LanceDB vector index (vectors.lance).")
     uri: str | None = Field(
-        None, description="A Milvus server for the vectors, e.g. http://milvus:19530; None: Milvus Lite embedded in "
-        "data_dir (no server to run). The same client code serves both."
+        None, description="A Milvus server for the vectors, e.g. http://milvus:19530; None: LanceDB embedded in "
+        "data_dir (no server to run). The same MemoryIndex code serves both (docs/search.md)."
     )
     token: SecretStr | None = Field(None, description="The Milvus server's token (user:password or API key).")
     collection: str = Field("vigil_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,254}$",
-                            description="Milvus collection holding the vectors.")
+                            description="LanceDB table (or Milvus collection) holding the vectors.")
     queue_max: int = Field(10_000, ge=1, description="Entries waiting to be embedded; beyond it new ones are "
                            "refused and counted (vigil_memory_dropped_total).")
     batch_max: int = Field(64, ge=1, description="Entries embedded and written together.")

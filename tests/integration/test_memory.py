@@ -1,5 +1,5 @@
 """Memory: hybrid search over what sessions and sources saw and heard, chat documents, and voice-loop recall.
-Real models throughout (MiniLM embeddings, Milvus Lite, Whisper, SmolLM2, Piper, YOLO)."""
+Real models throughout (MiniLM embeddings, LanceDB, a Milvus server, Whisper, SmolLM2, Piper, YOLO)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from pipelines.memory.entries import MemoryEntry
+from pipelines.timeline.store import TimelineEntry
 from server.events_api import TIMELINE
 from server.memory import MEMORY
 from tests.integration.test_voice_loop import VOICE, VoiceCall, _session_loop
@@ -138,6 +139,40 @@ async def test_memory_indexes_what_the_timeline_commits(vigil, tmp_path: Path):
         assert appeared[0]["clip_id"] == stored["id"]
 
 
+async def test_a_deleted_or_expired_timeline_entry_leaves_memory(vigil, tmp_path: Path):
+    server = await vigil(memory=_memory(tmp_path))
+    timeline, index = server.app[TIMELINE], server.app[MEMORY]
+    now = time.time()
+    said = {text: TimelineEntry(kind="transcript", name="transcript", source="cam1", origin="file", wall_ts=now,
+                                pts=1.0, text=text)
+            for text in ("The red bicycle is locked next to the bakery.", "The blue van waited at dock four.",
+                         "The ladder leans against the shed.")}
+    for entry in said.values():
+        assert timeline.put(entry)
+    await _indexed(server)
+    assert await index.counts() == (3, 3)
+    bicycle = said["The red bicycle is locked next to the bakery."]
+
+    async with aiohttp.ClientSession() as http:
+        for mode in ("keyword", "vector"):
+            status, found = await _search(http, server.url, q="where is the bicycle", mode=mode)
+            assert status == 200 and found["results"][0]["event_id"] == bicycle.id, found
+        async with http.delete(f"{server.url}/api/events/{bicycle.id}") as response:
+            assert response.status == 204, await response.text()
+        for mode in ("hybrid", "keyword", "vector"):  # gone from every search at once, before the vectors go
+            status, found = await _search(http, server.url, q="where is the bicycle", mode=mode)
+            assert status == 200 and bicycle.id not in {r["event_id"] for r in found["results"]}, found
+        await index.flush()
+        assert await index.counts() == (2, 2)  # its vector is gone too
+
+        # Retention deletes expired entries on the timeline's writer thread: memory forgets them too.
+        await asyncio.to_thread(timeline.enforce_retention, now + timeline.max_age_s + 1)
+        await index.flush()
+        assert await index.counts() == (0, 0)
+        status, found = await _search(http, server.url, q="van at the dock", mode="keyword")
+        assert status == 200 and found["results"] == [], found
+
+
 async def test_memory_without_storage_says_so_and_still_searches_documents(vigil, tmp_path: Path, caplog):
     with caplog.at_level("WARNING", logger="server.memory"):
         server = await vigil(memory=_memory(tmp_path), storage={"enabled": False})
@@ -227,7 +262,7 @@ async def test_a_milvus_server_by_uri_serves_the_same_search(vigil, tmp_path: Pa
             MemoryEntry("event", "car (track 4) entered zone 'driveway'", "cam1", "cam1", 3.0, now),
             MemoryEntry("scene", "The camera currently sees 1 dog.", "cam2", "cam2", 4.0, now),
         ])
-        assert not (tmp_path / "memory" / "vectors.db").exists()  # nothing embedded: the vectors are remote
+        assert not (tmp_path / "memory" / "vectors.lance").exists()  # nothing embedded: the vectors are remote
         async with aiohttp.ClientSession() as http:
             status, found = await _search(http, server.url, q="where is the bicycle", mode="vector")
             assert status == 200 and "bicycle" in found["results"][0]["text"], found

@@ -11,7 +11,7 @@ import pytest
 from models.embeddings import MiniLmEmbedder
 from pipelines.memory.entries import MemoryEntry
 from pipelines.memory.index import MemoryIndex
-from pipelines.memory.vectors import MilvusVectors
+from pipelines.memory.lance_vectors import LanceVectors
 from tests.integration.test_dashboard import open_dashboard, state, wait_for
 from tests.support.browser import chromium, playwright_driver, running_vigil
 
@@ -21,7 +21,7 @@ TOKEN = "search-token"
 
 async def _remember(data_dir: Path) -> None:
     index = MemoryIndex(data_dir, MiniLmEmbedder,
-                        lambda dim: MilvusVectors(str(data_dir / "vectors.db"), "vigil_memory", dim))
+                        lambda dim: LanceVectors(data_dir / "vectors.lance", "vigil_memory", dim))
     now = time.time()
     await index.add_now([
         MemoryEntry("transcript", "The red bicycle is locked next to the bakery.", "cam1", "cam1", 4.0, now - 60),
