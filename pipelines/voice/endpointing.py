@@ -6,6 +6,7 @@ the model called unfinished); the voice loop may end a turn sooner with :meth:`E
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,3 +116,22 @@ class Endpointer:
         speech_frames, silence_ms = self.speech_frames, self._silence * FRAME_MS
         self.in_turn, self._frames, self._speech, self._silence, self.speech_run = False, [], [], 0, 0
         return TurnEnded(audio, truncated, speech_frames, 0.0 if truncated else silence_ms)
+
+
+# Words an English sentence does not end on, and "tell me"-type requests still waiting for what to tell: Smart
+# Turn hears "Could you tell me" spoken on its own as finished (~0.97 on Piper's voice, above "What colour is the
+# sky?" at ~0.6), so its score alone cannot keep such a turn open. Prepositions are left out on purpose: "What are
+# you looking at?" ends on one.
+_UNFINISHED_LAST_WORDS = frozenset({"a", "an", "the", "and", "or", "but", "because", "my", "your", "our", "their"})
+_AWAITING_CLAUSE = re.compile(
+    r"\b(?:tell|show|give|ask|remind|teach)\s+(?:me|us)(?:\s+(?:what|where|when|who|whom|which|how|why|if|whether"
+    r"|about))?$")
+
+
+def sounds_unfinished(text: str) -> bool:
+    """The transcript so far cannot be a whole English turn: it ends on an article, a conjunction or a possessive,
+    or it asks to be told something without saying what ("Could you tell me?", "Can you tell me what?")."""
+    words = re.sub(r"[^a-z' ]", " ", text.lower()).split()
+    if not words:
+        return False
+    return words[-1] in _UNFINISHED_LAST_WORDS or _AWAITING_CLAUSE.search(" ".join(words)) is not None

@@ -34,7 +34,14 @@ from models.vad import SileroVadModel, VadStream
 from pipelines import telemetry
 from pipelines.protocol import Event, Metrics, Reply, Transcript, TurnMetrics
 from pipelines.voice.audio import InputResampler, ReplyAudioTrack, resample_pcm, trim_silence
-from pipelines.voice.endpointing import FRAME_SAMPLES, MAX_PAUSE_MS, Endpointer, TurnEnded, TurnStarted
+from pipelines.voice.endpointing import (
+    FRAME_SAMPLES,
+    MAX_PAUSE_MS,
+    Endpointer,
+    TurnEnded,
+    TurnStarted,
+    sounds_unfinished,
+)
 
 if TYPE_CHECKING:
     from models.stt import WhisperStt
@@ -45,6 +52,9 @@ log = logging.getLogger(__name__)
 ECHO_TAIL_S = 0.4  # room reverberation after our reply stops still reaches the microphone
 CLAUSE_PAUSE_MS = 120  # the pause kept after a clause spoken on its own (Piper ends every chunk with ~200 ms)
 
+
+# How long the turn check waits for the early decode of the same speech, to see whether its words can end a turn.
+UNFINISHED_CHECK_WAIT_S = 0.3
 
 @dataclass(frozen=True, slots=True)
 class VoiceLoopConfig:
@@ -363,8 +373,23 @@ class VoiceLoop:
         turn.metrics["turn_score"] = round(score, 3)
         turn.metrics["turn_model_ms"] = self._ms_since(started)
         still_quiet = self._turn is turn and self._endpointer.speech_frames == speech_frames
-        if still_quiet and score >= self.config.turn_threshold:
-            await self._end_turn(self._endpointer.end_now(), "model")
+        if still_quiet and score >= self.config.turn_threshold and not await self._text_unfinished(speech_frames):
+            if self._turn is turn and self._endpointer.speech_frames == speech_frames:  # still quiet after the wait
+                await self._end_turn(self._endpointer.end_now(), "model")
+
+    async def _text_unfinished(self, speech_frames: int) -> bool:
+        """Whether the words so far cannot end a turn ("Could you tell me?"), which the turn model may hear as
+        finished: then the turn stays open up to the silence cap. Uses the decode of this very speech (the early
+        one, waited for briefly, else the last partial); without one the model decides alone."""
+        early = self._early
+        text: str | None = None
+        if early is not None and early.speech_frames == speech_frames:
+            done, _ = await asyncio.wait({early.task}, timeout=UNFINISHED_CHECK_WAIT_S)
+            if done and not early.task.cancelled() and early.task.exception() is None:
+                text = early.task.result()
+        elif self._last_partial is not None and self._last_partial[0] == speech_frames:
+            text = self._last_partial[1]
+        return text is not None and sounds_unfinished(text)
 
     async def _end_turn(self, ended: TurnEnded, how: str) -> None:
         turn, self._turn = self._turn, None

@@ -108,6 +108,31 @@ async def test_question_with_a_pause_in_the_middle_is_one_turn(vigil, detection:
         assert request is not None and "tomorrow" in request.messages[-1].content.lower()
 
 
+@pytest.mark.parametrize("halves", ["inserted", "apart"])
+async def test_a_pause_after_could_you_tell_me_is_one_turn(vigil, halves: str):
+    """The issue's example: "Could you tell me ... what the weather will be like tomorrow?", 700 ms after "me".
+    Smart Turn calls "Could you tell me" finished (~0.8 cut from the whole sentence, ~0.97 spoken on its own), so
+    the words decide: a request to be told that does not say what keeps the turn open to the silence cap."""
+    server = await vigil(voice=VOICE)
+    if halves == "inserted":
+        before, after = speech_split(PAUSED, 4)
+    else:
+        before, after = speech("Could you tell me"), speech("what the weather will be like tomorrow?")
+    async with VoiceCall(server.url) as call:
+        assert call.recorder is not None
+        call.mic.say(silence(0.3))
+        call.mic.say(before)
+        call.mic.say(silence(0.7))
+        call.mic.say(after)
+        await asyncio.wait_for(call.mic.spoken.wait(), 30)
+        question_done = time.perf_counter()
+        messages = await _messages_until_metrics(call, 1)
+        finals = [m for m in messages if m["type"] == "transcript" and m["final"]]
+        assert len(finals) == 1 and {"tell", "weather", "tomorrow"} <= _words(finals[0]["text"]), finals
+        first_loud = call.recorder.first_loud()
+        assert first_loud is None or first_loud > question_done, "reply audio before the second half was spoken"
+
+
 async def test_speculative_reply_to_a_turn_that_goes_on_is_never_heard(vigil):
     """The user stops mid-sentence long enough for a reply to be generated and its first audio synthesised
     (held); then goes on. The held reply is discarded unheard; the reply that plays answers the whole turn."""

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from pipelines.voice.endpointing import FRAME_SAMPLES, Endpointer, TurnEnded, TurnStarted
+from pipelines.voice.endpointing import FRAME_SAMPLES, Endpointer, TurnEnded, TurnStarted, sounds_unfinished
 
 
 def _frame(value: float) -> np.ndarray:
@@ -22,3 +23,20 @@ def test_a_turn_keeps_the_first_word_the_vad_was_half_a_second_late_on():
     (ended,) = [event for event in events if isinstance(event, TurnEnded)]
     assert np.count_nonzero(ended.audio == 1.0) == 17 * FRAME_SAMPLES  # the late-scored word is all there
     assert np.count_nonzero(ended.audio == 2.0) == 30 * FRAME_SAMPLES
+
+
+@pytest.mark.parametrize(("text", "unfinished"), [
+    ("Could you tell me?", True),  # Whisper's punctuation does not make it a question that was asked
+    ("Could you tell me what?", True),
+    ("Can you show us how", True),
+    ("Tell me about", True),
+    ("I went to the shop and", True),
+    ("Where did I leave my", True),
+    ("What is the capital of France?", False),
+    ("What are you looking at?", False),  # a preposition may end an English question
+    ("Tell me a story.", False),
+    ("Could you tell me what the weather will be like tomorrow?", False),
+    ("", False),
+])
+def test_a_transcript_that_cannot_end_a_turn(text: str, unfinished: bool):
+    assert sounds_unfinished(text) is unfinished
