@@ -77,6 +77,15 @@ async def _messages_until_metrics(call: VoiceCall, turn: int, timeout: float = 9
                 return seen
 
 
+async def _say_with_a_pause(call: VoiceCall, before: np.ndarray, after: np.ndarray) -> float:
+    """Speak ``before``, 700 ms of silence, ``after``; returns when the last sample was played."""
+    assert call.recorder is not None
+    for part in (silence(0.3), before, silence(0.7), after):
+        call.mic.say(part)
+    await asyncio.wait_for(call.mic.spoken.wait(), 30)
+    return time.perf_counter()
+
+
 @pytest.mark.parametrize("detection", ["smart-turn", "silence"])
 async def test_question_with_a_pause_in_the_middle_is_one_turn(vigil, detection: str):
     """700 ms of silence mid-sentence: the turn model keeps listening (one turn, no reply before the end). With
@@ -84,13 +93,7 @@ async def test_question_with_a_pause_in_the_middle_is_one_turn(vigil, detection:
     server = await vigil(voice={**VOICE, "turn_detection": detection, "end_of_turn_silence_ms": 600})
     before, after = speech_split(PAUSED, PAUSED_AFTER)
     async with VoiceCall(server.url) as call:
-        assert call.recorder is not None
-        call.mic.say(silence(0.3))
-        call.mic.say(before)
-        call.mic.say(silence(0.7))
-        call.mic.say(after)
-        await asyncio.wait_for(call.mic.spoken.wait(), 30)
-        question_done = time.perf_counter()
+        question_done = await _say_with_a_pause(call, before, after)
         messages = await _messages_until_metrics(call, 1)
         finals = [m for m in messages if m["type"] == "transcript" and m["final"]]
         if detection == "silence":
@@ -119,13 +122,7 @@ async def test_a_pause_after_could_you_tell_me_is_one_turn(vigil, halves: str):
     else:
         before, after = speech("Could you tell me"), speech("what the weather will be like tomorrow?")
     async with VoiceCall(server.url) as call:
-        assert call.recorder is not None
-        call.mic.say(silence(0.3))
-        call.mic.say(before)
-        call.mic.say(silence(0.7))
-        call.mic.say(after)
-        await asyncio.wait_for(call.mic.spoken.wait(), 30)
-        question_done = time.perf_counter()
+        question_done = await _say_with_a_pause(call, before, after)
         messages = await _messages_until_metrics(call, 1)
         finals = [m for m in messages if m["type"] == "transcript" and m["final"]]
         assert len(finals) == 1 and {"tell", "weather", "tomorrow"} <= _words(finals[0]["text"]), finals
