@@ -21,6 +21,7 @@ from server.config import load_settings
 from server.engines import Engines
 from tests.support.audio import Recorder, ScriptedMicrophone, rms, silence, speech
 from tests.support.media import sliding_person
+from tests.support.zone_entry import ZoneEntryAnalyzerForTest
 
 # Silence end of turn: these tests are about alerts, and the user's long question must stay one turn (Smart Turn
 # may end it at a breath, which splits it in two and changes what the timeline stores).
@@ -113,28 +114,16 @@ async def test_a_zone_alert_is_heard_by_the_client_and_remembered(vigil, slide: 
     assert enter["id"]
 
 
-class ZoneEntryWhenToldAnalyzerForTest:
-    """Named seam: reports one ``zone.enter`` into 'kitchen' on the first frame after ``fire`` is set, so the
-    test can make the alert due while the user is speaking."""
+class ZoneEntryWhenToldAnalyzerForTest(ZoneEntryAnalyzerForTest):
+    """Reports one ``zone.enter`` into 'kitchen' on the first frame after ``fire`` is set, so the test can make the
+    alert due while the user is speaking."""
 
     name = "zone-entry-when-told-for-test"
+    zone = "kitchen"
     fire = asyncio.Event()
 
-    def __init__(self) -> None:
-        self.fired = False
-
-    def configure(self, config: Any) -> None:
-        return None
-
-    async def analyze(self, sampled: Any) -> Any:
-        from pipelines.session import DetectionResult
-
-        events = []
-        if self.fire.is_set() and not self.fired:
-            self.fired = True
-            events = [("zone.enter", {"zone": "kitchen", "track_id": 1, "label": "person"})]
-        return DetectionResult(width=sampled.frame.width, height=sampled.frame.height, objects=[],
-                               inference_ms=0.0, model=self.name, events=events)
+    def due(self, sampled: Any) -> bool:
+        return self.fire.is_set()
 
 
 async def test_an_alert_due_while_the_user_speaks_waits_for_the_turn_to_end(vigil, model_pool, slide: Path,

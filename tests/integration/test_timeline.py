@@ -19,6 +19,7 @@ from server.config import load_settings
 from server.engines import build_batcher
 from tests.integration.test_sources import Watcher
 from tests.support.media import sliding_person
+from tests.support.zone_entry import ZoneEntryAnalyzerForTest
 
 PRE_S, POST_S = 1.5, 1.5
 RIGHT_HALF = {"name": "door", "polygon": [[0.5, 0.0], [1.0, 0.0], [1.0, 1.0], [0.5, 1.0]]}
@@ -190,27 +191,14 @@ async def test_storage_failure_degrades_to_live_events_with_one_error(vigil, med
             assert not list((tmp_path / "events" / "clips").iterdir())
 
 
-class ZoneEntryAtFourSecondsAnalyzerForTest:
-    """Named seam: the RTSP camera shows a test pattern (no person), so this analyser reports one zone entry at
-    4 s of media time (the ring buffer is full by then); the clip path under test (ring buffer, remux) is real."""
+class ZoneEntryAtFourSecondsAnalyzerForTest(ZoneEntryAnalyzerForTest):
+    """The RTSP camera shows a test pattern (no person), so this analyser reports one zone entry at 4 s of media
+    time (the ring buffer is full by then); the clip path under test (ring buffer, remux) is real."""
 
     name = "zone-entry-at-4s-for-test"
 
-    def __init__(self) -> None:
-        self.fired = False
-
-    def configure(self, config: Any) -> None:
-        return None
-
-    async def analyze(self, sampled: Any) -> Any:
-        from pipelines.session import DetectionResult
-
-        events = []
-        if sampled.pts >= 4.0 and not self.fired:
-            self.fired = True
-            events = [("zone.enter", {"zone": "door", "track_id": 1, "label": "person"})]
-        return DetectionResult(width=sampled.frame.width, height=sampled.frame.height, objects=[],
-                               inference_ms=0.0, model=self.name, events=events)
+    def due(self, sampled: Any) -> bool:
+        return sampled.pts >= 4.0
 
 
 def _parameter_sets(extradata: bytes) -> list[bytes]:
