@@ -96,6 +96,8 @@ def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers)
             log.warning("memory: %s, so nothing sessions and sources see or hear is recorded to index; "
                         "/api/search still searches documents", why)
             return
+        # Loaded now, as the session models are: on first use it costs seconds of CPU inside a live session.
+        await index.open()
         store.add_listener(TimelineFeed(index.add, asyncio.get_running_loop(), event_names=config.event_names))
         store.add_delete_listener(index.forget_events)  # a deleted or expired timeline entry leaves memory too
 

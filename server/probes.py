@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from server.audio_api import AUDIO
 from server.auth import presented_token
+from server.memory import MEMORY
 from server.openai_api import CHAT_API
 from server.state import SESSIONS, SETTINGS
 
@@ -34,15 +35,17 @@ class Liveness(BaseModel):
 class Readiness(BaseModel):
     status: Literal["ready", "starting"]
     models: dict[str, ModelState] | None = Field(
-        None, description="Only with the token: detector, voice, chat, transcription, speech.")
+        None, description="Only with the token: detector, voice, chat, transcription, speech, memory.")
 
 
 def model_states(app: web.Application) -> dict[str, ModelState]:
-    """Which configured model is loaded: loaded at start-up (detector, voice loop; chat with api.preload), loaded
-    on first use (the rest, until a request loads it), or off."""
+    """Which configured model is loaded: loaded at start-up (detector, voice loop; chat with api.preload; the
+    memory's embedder when the timeline feeds it), loaded on first use (the rest, until a request loads it), or
+    off."""
     settings, analyzers = app[SETTINGS], app[SESSIONS].analyzers
     chat = app.get(CHAT_API)
     audio = app.get(AUDIO)
+    memory = app.get(MEMORY)
 
     def lazy(enabled: bool, loaded: bool) -> ModelState:
         return "off" if not enabled else "loaded" if loaded else "on_first_use"
@@ -53,6 +56,7 @@ def model_states(app: web.Application) -> dict[str, ModelState]:
         "chat": lazy(settings.api.chat, chat is not None and chat.pipeline_if_loaded is not None),
         "transcription": lazy(settings.transcription.enabled, audio is not None and audio.engine.loaded),
         "speech": lazy(settings.speech.enabled, audio is not None and audio.speech_loaded),
+        "memory": lazy(settings.memory.enabled, memory is not None and memory.opened),
     }
 
 

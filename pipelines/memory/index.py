@@ -102,6 +102,14 @@ class MemoryIndex:
         if self._worker is None:
             self._worker = asyncio.create_task(self._drain(), name="memory:ingest")
 
+    async def open(self) -> None:
+        """Load the embedder and open the stores now (off the event loop), not on the first entry."""
+        await asyncio.get_running_loop().run_in_executor(self._writer, self._open)
+
+    @property
+    def opened(self) -> bool:
+        return self._embedder is not None and self._vectors is not None
+
     async def close(self) -> None:
         """Index what was accepted, then release the store, the vector index and the threads."""
         if self._worker is not None:

@@ -142,6 +142,7 @@ async def test_memory_indexes_what_the_timeline_commits(vigil, tmp_path: Path):
 async def test_a_deleted_or_expired_timeline_entry_leaves_memory(vigil, tmp_path: Path):
     server = await vigil(memory=_memory(tmp_path))
     timeline, index = server.app[TIMELINE], server.app[MEMORY]
+    assert index.opened  # loaded at start-up: the first entry must not load a model inside a live session
     now = time.time()
     said = {text: TimelineEntry(kind="transcript", name="transcript", source="cam1", origin="file", wall_ts=now,
                                 pts=1.0, text=text)
@@ -177,6 +178,7 @@ async def test_memory_without_storage_says_so_and_still_searches_documents(vigil
     with caplog.at_level("WARNING", logger="server.memory"):
         server = await vigil(memory=_memory(tmp_path), storage={"enabled": False})
     assert "nothing sessions and sources see or hear is recorded to index" in caplog.text
+    assert not server.app[MEMORY].opened  # nothing feeds it: the embedder waits for the first document
     async with aiohttp.ClientSession() as http:
         body = {"name": "gate", "text": "The side gate code is 4711.", "format": "text"}
         async with http.post(f"{server.url}/api/collections/site/documents", json=body) as response:

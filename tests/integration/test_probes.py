@@ -30,7 +30,7 @@ async def test_probes_need_no_token_and_reveal_nothing_without_it(vigil):
     status, detailed = await _get(server.url + "/readyz", token="s3cret")
     assert status == 200 and detailed["models"] == {
         "detector": "off", "voice": "off", "chat": "on_first_use", "transcription": "on_first_use",
-        "speech": "on_first_use"}
+        "speech": "on_first_use", "memory": "off"}
     assert await _get(server.url + "/healthz") == (200, {"status": "ok"})  # liveness; details need the token
     assert await _get(server.url + "/healthz", token="wrong") == (200, {"status": "ok"})
     status, health = await _get(server.url + "/healthz", token="s3cret")
