@@ -2,8 +2,14 @@
 ``post_s`` a clip is available.
 
 Two inputs at 30 fps, each against a Vigil server in a separate process (``python -m bench.recording --serve``),
-run with recording off (``storage.enabled: false``) and on (the defaults: ``pre_s`` 3, ``post_s`` 3), legs
-alternating off-on-on-off:
+in three modes, legs in the order off, rec, default, default, rec, off:
+
+* ``off``: recording off (``storage.enabled: false``);
+* ``rec``: recording on (``pre_s`` 3, ``post_s`` 3, the defaults) with the memory index off, which is what
+  recording itself costs;
+* ``default``: the shipped defaults, recording on and the memory index embedding what the timeline commits.
+
+The inputs:
 
 * RTSP: a live H.264 camera (``tests/support/rtsp_camera.py``, 640x480, GOP 1 s) -> ``POST /api/sources``; clips
   are *remuxed* from the ring of demuxed packets.
@@ -17,7 +23,7 @@ post_s" is the time from the event message to the clip message at the client, mi
 
 Goals: remux <= 1.05x, encode <= 1.3x.
 
-Run (about 3 minutes)::
+Run (about 5 minutes)::
 
     cd /work/main && .venv/bin/python -m bench.recording
 """
@@ -67,7 +73,10 @@ class ZoneEntryEveryTenSecondsForBench:
                                inference_ms=0.0, model=self.name, events=events)
 
 
-def serve(port: int, recording: bool, data_dir: str) -> None:
+MODES = ("off", "rec", "default")
+
+
+def serve(port: int, mode: str, data_dir: str) -> None:
     from server.app import run
     from server.config import load_settings
     from server.sessions import Analyzers
@@ -75,7 +84,8 @@ def serve(port: int, recording: bool, data_dir: str) -> None:
     settings = load_settings(None, {
         "server": {"host": "127.0.0.1", "port": port}, "webrtc": {"host_addresses": ["127.0.0.1"]},
         "voice": {"enabled": False}, "models": {"detector": {"backend": "none"}}, "grpc": {"enabled": False},
-        "sources": {"media_root": data_dir}, "storage": {"enabled": recording, "data_dir": data_dir},
+        "sources": {"media_root": data_dir}, "storage": {"enabled": mode != "off", "data_dir": data_dir},
+        "memory": {"enabled": mode == "default", "data_dir": os.path.join(data_dir, "memory")},
     })
     run(settings, Analyzers(video=ZoneEntryEveryTenSecondsForBench))
 
@@ -116,14 +126,14 @@ async def _wait_up(url: str) -> None:
     raise RuntimeError("server did not start")
 
 
-async def leg(kind: str, recording: bool, seconds: float, camera_url: str | None) -> dict[str, Any]:
+async def leg(kind: str, mode: str, seconds: float, camera_url: str | None) -> dict[str, Any]:
     from tests.support.rtsp import free_port
 
     port = free_port()
     with tempfile.TemporaryDirectory() as data_dir:
         child = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.recording", "--serve", str(port),
-            "--recording" if recording else "--no-recording", "--data-dir", data_dir,
+            "--mode", mode, "--data-dir", data_dir,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         events: dict[str, float] = {}
@@ -162,7 +172,7 @@ async def leg(kind: str, recording: bool, seconds: float, camera_url: str | None
         finally:
             child.terminate()
             await asyncio.wait_for(child.wait(), 20)
-    return {"kind": kind, "recording": recording, "cpu_s": cpu, "seconds": seconds, "frames_in": frames,
+    return {"kind": kind, "mode": mode, "cpu_s": cpu, "seconds": seconds, "frames_in": frames,
             "clip_delays": delays}
 
 
@@ -200,34 +210,34 @@ async def main(seconds: float) -> None:
     results = []
     try:
         for kind in ("rtsp", "webrtc"):
-            for recording in (False, True, True, False):
-                results.append(await leg(kind, recording, seconds, camera.url))
+            for mode in ("off", "rec", "default", "default", "rec", "off"):
+                results.append(await leg(kind, mode, seconds, camera.url))
     finally:
         await asyncio.to_thread(camera.stop)
     print(f"recording benchmark: 640x480 at 30 fps in, a clip every {EVENT_EVERY_S:g} s (pre_s 3, post_s {POST_S:g}),"
-          f" {seconds:g} s per leg, legs off-on-on-off")
-    print(f"{'input':8} {'recording':>9} {'CPU s/stream':>13} {'frames in':>10} {'clips':>6}")
+          f" {seconds:g} s per leg; rec = recording without the memory index, default = recording + memory")
+    print(f"{'input':8} {'mode':>9} {'CPU s/stream':>13} {'frames in':>10} {'clips':>6}")
     for r in results:
-        print(f"{r['kind']:8} {'on' if r['recording'] else 'off':>9} {r['cpu_s']:13.2f} {r['frames_in']:10d}"
+        print(f"{r['kind']:8} {r['mode']:>9} {r['cpu_s']:13.2f} {r['frames_in']:10d}"
               f" {len(r['clip_delays']):6d}")
     for kind, goal, what in (("rtsp", 1.05, "remux"), ("webrtc", 1.3, "encode")):
-        off = sum(r["cpu_s"] for r in results if r["kind"] == kind and not r["recording"])
-        on = sum(r["cpu_s"] for r in results if r["kind"] == kind and r["recording"])
+        cpu = {mode: sum(r["cpu_s"] for r in results if r["kind"] == kind and r["mode"] == mode) for mode in MODES}
         delays = [d for r in results if r["kind"] == kind for d in r["clip_delays"]]
         delay = f"median {statistics.median(delays):.2f} s, max {max(delays):.2f} s" if delays else "no clips"
-        ratio = on / off if off else float("nan")
-        print(f"{kind} ({what}): CPU on/off = {ratio:.3f}x (goal <= {goal}x: {'met' if ratio <= goal else 'NOT met'});"
-              f" clip available after post_s: {delay}")
+        ratio = cpu["rec"] / cpu["off"] if cpu["off"] else float("nan")
+        with_memory = cpu["default"] / cpu["off"] if cpu["off"] else float("nan")
+        print(f"{kind} ({what}): CPU rec/off = {ratio:.3f}x (goal <= {goal}x: {'met' if ratio <= goal else 'NOT met'});"
+              f" default (+ memory index)/off = {with_memory:.3f}x; clip available after post_s: {delay}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=25.0, help="measured seconds per leg")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--recording", action=argparse.BooleanOptionalAction, default=True, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=MODES, default="default", help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.recording, args.data_dir)
+        serve(args.serve, args.mode, args.data_dir)
     else:
         asyncio.run(main(args.seconds))

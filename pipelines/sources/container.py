@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -94,9 +95,12 @@ def _in_thread(fn: Callable[[], Any], name: str) -> asyncio.Future[Any]:
         try:
             result = fn()
         except BaseException as error:  # handed to the awaiting coroutine
-            loop.call_soon_threadsafe(settle, None, error)
+            outcome: tuple[Any, BaseException | None] = (None, error)
         else:
-            loop.call_soon_threadsafe(settle, result)
+            outcome = (result, None)
+        # The loop may be gone when a reader outlives shutdown (a killed server): nobody awaits it any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, *outcome)
 
     threading.Thread(target=body, name=name, daemon=True).start()
     return future

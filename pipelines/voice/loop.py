@@ -274,11 +274,14 @@ class VoiceLoop:
 
         async def speak() -> None:
             self._send(Reply, turn=turn.number, delta=text, kind="alert")
+            interrupted = True  # unless synthesis finishes: then the alert's audio is queued whole
             try:
                 self._play(turn, await self._synthesize(text, first=True, clause=False))
+                interrupted = False
             finally:
-                self._send(Reply, turn=turn.number, done=True, kind="alert")
-                self._memory.append(ChatMessage("assistant", text))
+                self._send(Reply, turn=turn.number, done=True, kind="alert", interrupted=interrupted)
+                if not interrupted:
+                    self._memory.append(ChatMessage("assistant", text))
 
         self._replying, self._reply_task = turn, asyncio.create_task(speak(), name="voice:alert")
 
