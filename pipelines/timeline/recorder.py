@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -138,7 +139,7 @@ class TimelineRecorder:
         self._scene(pts, objects)
         if not events:
             return []
-        stream_s = _seconds(frame, pts)
+        stream_s = self._clip_time(frame, pts)
         out: list[tuple[str, dict[str, Any], str]] = []
         for name, data in events:
             entry = self._entry("event", name, pts, data=data,
@@ -204,11 +205,17 @@ class TimelineRecorder:
         """Every decoded frame (WebRTC sessions keep some of them)."""
         if self.mode != "frames":
             return
-        seconds = _seconds(frame, pts)
+        seconds = self._clip_time(frame, pts)
         with self._lock:
             if self._frames.due(seconds):
                 self._frames.append(seconds, frame)
                 self._grow(seconds, frame)
+
+    def _clip_time(self, frame: av.VideoFrame, pts: float) -> float:
+        """The one clock a clip is cut on. Packets: the frame's own stream time, the clock the demuxed packets
+        share. Frames (WebRTC): the pipeline's media time, which runs on across a wrap of the 32-bit RTP
+        timestamp; the frame's raw time jumps back there, and the ring would keep only pre-wrap frames."""
+        return _seconds(frame, pts) if self.mode == "packets" else pts
 
     # ------------------------------------------------------------------ reader thread: encoded packets
 
@@ -256,9 +263,13 @@ class TimelineRecorder:
             self.store.update_media(ids, clip_state="failed", on_failure=self._report)
             return
         clip_start = items[0][0]
-        self._pending = _PendingClip(ids, clip_start, stream_s + self.settings.post_s,
-                                     clip_start + self.settings.max_s, list(items), pts - (stream_s - clip_start))
-        if items[-1][0] >= self._pending.end:
+        end = min(stream_s + self.settings.post_s, clip_start + self.settings.max_s)
+        # The ring may already hold video past the clip's end (analysis lag): a clip ends at ``end`` all the same.
+        # The longest prefix, as in ``_grow`` (packets are in decoding order: a prefix decodes).
+        kept = list(itertools.takewhile(lambda item: item[0] < end, items))
+        self._pending = _PendingClip(ids, clip_start, end, clip_start + self.settings.max_s, kept,
+                                     pts - (stream_s - clip_start))
+        if len(kept) < len(items):
             self._finish()
 
     def _grow(self, seconds: float, item: Any) -> None:
