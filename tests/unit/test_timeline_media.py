@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -133,6 +134,21 @@ async def test_a_late_analysis_ends_its_clip_at_post_s_though_the_ring_holds_lat
     assert clip.pts == pytest.approx(1.0, abs=0.01)
     assert clip.duration_s == pytest.approx(1.9, abs=0.05)  # 1.0 .. 2.9, not up to the newest frame at 3.7
     assert recording.clip_frames(clip)[-1][0] == pytest.approx(1.9, abs=0.05)
+
+
+async def test_a_clip_whose_events_were_deleted_while_it_was_recorded_leaves_no_file(tmp_path: Path):
+    recording = _Recording(tmp_path / "data", RecorderSettings(pre_s=1.0, post_s=1.5, clip_fps=10), entries_at=[2.0])
+    for index in range(25):  # the entry at 2 s; its clip waits for post_s
+        await recording.pipeline.feed_video(_frame(100, index * 9_000))
+    (event,) = [m for m in recording.sent if m.type == "event"]
+    assert await asyncio.to_thread(recording.store.flush)
+    assert await asyncio.to_thread(recording.store.delete, event.id)  # what DELETE /api/events/{id} does
+    for index in range(25, 50):
+        await recording.pipeline.feed_video(_frame(100, index * 9_000))
+    clips = await recording.close()
+    assert clips == []  # no clip message for a clip nothing serves
+    assert list((tmp_path / "data" / "clips").iterdir()) == []  # and no file counting against the quota
+    assert list((tmp_path / "data" / "snapshots").iterdir()) == []
 
 
 # ---------------------------------------------------------------- ring buffers
