@@ -334,9 +334,9 @@ class TimelineRecorder:
                 partial.unlink(missing_ok=True)
             self._media_failed(pending.event_ids, str(error))
             return
-        def announce() -> None:  # once the clip can be fetched
+        def announce(event_ids: list[str]) -> None:  # once the clip can be fetched (by the events still stored)
             if self._loop is not None and not self._loop.is_closed():
-                self._loop.call_soon_threadsafe(self._clip_ready, pending, duration)
+                self._loop.call_soon_threadsafe(self._clip_ready, pending, event_ids, duration)
 
         self.store.update_media(pending.event_ids, clip=relative, clip_state="ready",
                                 clip_start_pts=round(pending.start_pts, 3), clip_duration_s=round(duration, 3),
@@ -347,12 +347,12 @@ class TimelineRecorder:
         self._report(f"cannot record the event clip: {reason}")
         self.store.update_media(ids, clip_state="failed", on_failure=self._report)
 
-    def _clip_ready(self, pending: _PendingClip, duration: float) -> None:
+    def _clip_ready(self, pending: _PendingClip, event_ids: list[str], duration: float) -> None:
         if self._pipeline is None:
             return
         self._pipeline.emit(self._pipeline.make(
-            Clip, pts=round(pending.start_pts, 3), event_ids=pending.event_ids, duration_s=round(duration, 3),
-            url=f"/api/events/{pending.event_ids[0]}/clip.mp4"))
+            Clip, pts=round(pending.start_pts, 3), event_ids=event_ids, duration_s=round(duration, 3),
+            url=f"/api/events/{event_ids[0]}/clip.mp4"))
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -117,8 +117,10 @@ class _MediaUpdate:
     clip_start_pts: float | None = None
     clip_duration_s: float | None = None
     snapshot: str | None = None
-    on_committed: Callable[[], None] | None = None  # called on the writer thread once the update is committed
-    matched: int = 0  # rows the update changed (0: its entries were deleted meanwhile)
+    # Called on the writer thread once the update is committed, with the ids it updated (some may have been
+    # deleted meanwhile); not called when none was left.
+    on_committed: Callable[[list[str]], None] | None = None
+    updated: list[str] = field(default_factory=list)  # the ids still stored when it was applied
 
 
 FailureCallback = Callable[[str], None]
@@ -245,7 +247,7 @@ class TimelineStore:
         return self._offer((entry, on_failure))
 
     def update_media(self, ids: list[str], *, on_failure: FailureCallback | None = None,
-                     on_committed: Callable[[], None] | None = None, **fields: Any) -> bool:
+                     on_committed: Callable[[list[str]], None] | None = None, **fields: Any) -> bool:
         """Set clip/snapshot fields of stored entries; ``on_committed`` runs (writer thread) once they are
         visible to readers."""
         return self._offer((_MediaUpdate(list(ids), on_committed=on_committed, **fields), on_failure))
@@ -324,12 +326,12 @@ class TimelineStore:
         for item, _ in batch:
             if not isinstance(item, _MediaUpdate):
                 continue
-            if not item.matched:  # its entries were deleted while the file was written: nothing will serve it
+            if not item.updated:  # its entries were deleted while the file was written: nothing will serve it
                 for relative in (item.clip, item.snapshot):
                     self._unlink_unused(self._conn, relative)
             elif item.on_committed is not None:
                 try:
-                    item.on_committed()
+                    item.on_committed(item.updated)
                 except Exception:
                     log.exception("timeline commit callback failed")
         committed = [item for item, _ in batch if isinstance(item, TimelineEntry)]
@@ -356,9 +358,8 @@ class TimelineStore:
         if not values:
             return
         assignments = ", ".join(f"{column} = ?" for column in values)
-        cursor = self._conn.executemany(f"UPDATE entries SET {assignments} WHERE id = ?",
-                                        [(*values.values(), entry_id) for entry_id in u.ids])
-        u.matched = cursor.rowcount
+        u.updated = [entry_id for entry_id in u.ids if self._conn.execute(
+            f"UPDATE entries SET {assignments} WHERE id = ?", (*values.values(), entry_id)).rowcount]
 
     # ------------------------------------------------------------------ reads (blocking: call on a thread)
 

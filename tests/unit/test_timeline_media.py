@@ -74,9 +74,10 @@ class _Recording:
         self.store.close()
         return [m for m in self.sent if isinstance(m, Clip)]
 
-    def clip_frames(self, clip: Clip) -> list[tuple[float, float]]:
-        """(seconds from the clip's start, mean brightness) of each frame of the clip's MP4."""
-        with av.open(str(self.store.root / "clips" / f"{clip.event_ids[0]}.mp4")) as container:
+    def clip_frames(self) -> list[tuple[float, float]]:
+        """(seconds from the clip's start, mean brightness) of each frame of the one clip written."""
+        (path,) = (self.store.root / "clips").iterdir()
+        with av.open(str(path)) as container:
             frames = list(container.decode(video=0))
         origin = frames[0].pts * frames[0].time_base
         return [(float(f.pts * f.time_base - origin), float(f.to_ndarray(format="gray").mean())) for f in frames]
@@ -91,7 +92,7 @@ async def test_a_webrtc_clip_after_the_rtp_timestamp_wrap_shows_the_frames_after
         await recording.pipeline.feed_video(_frame(40 if seconds < 2.0 else 210,
                                                    (first + index * 9_000) % RTP_WRAP))
     (clip,) = await recording.close()
-    frames = recording.clip_frames(clip)
+    frames = recording.clip_frames()
     assert clip.pts == pytest.approx(3.0, abs=0.01)  # pre_s before the entry at 4 s of media time
     assert clip.duration_s == pytest.approx(2.0, abs=0.15)  # pre_s + post_s
     assert len(frames) == 20 and all(brightness > 150 for _, brightness in frames), frames  # none from before
@@ -108,7 +109,7 @@ async def test_an_entry_during_post_s_extends_the_same_clip(tmp_path: Path):
     assert clip.event_ids == [e.id for e in events]  # one clip for both entries
     assert clip.pts == pytest.approx(2.0, abs=0.01)
     assert clip.duration_s == pytest.approx(1.0 + 1.0 + 1.5, abs=0.15)  # pre_s + the second entry's lag + post_s
-    assert recording.clip_frames(clip)[-1][0] == pytest.approx(3.4, abs=0.05)
+    assert recording.clip_frames()[-1][0] == pytest.approx(3.4, abs=0.05)
 
 
 async def test_an_extended_clip_stops_at_max_s(tmp_path: Path):
@@ -119,7 +120,7 @@ async def test_an_extended_clip_stops_at_max_s(tmp_path: Path):
     clips = await recording.close()
     assert len(clips) == 1 and len(clips[0].event_ids) == 2
     assert clips[0].duration_s == pytest.approx(3.0, abs=0.15)  # not 3.5: capped from the clip's start
-    assert recording.clip_frames(clips[0])[-1][0] < 3.0
+    assert recording.clip_frames()[-1][0] < 3.0
 
 
 async def test_a_late_analysis_ends_its_clip_at_post_s_though_the_ring_holds_later_frames(tmp_path: Path):
@@ -133,7 +134,7 @@ async def test_a_late_analysis_ends_its_clip_at_post_s_though_the_ring_holds_lat
     assert clip.event_ids == [event[2]]
     assert clip.pts == pytest.approx(1.0, abs=0.01)
     assert clip.duration_s == pytest.approx(1.9, abs=0.05)  # 1.0 .. 2.9, not up to the newest frame at 3.7
-    assert recording.clip_frames(clip)[-1][0] == pytest.approx(1.9, abs=0.05)
+    assert recording.clip_frames()[-1][0] == pytest.approx(1.9, abs=0.05)
 
 
 async def test_a_clip_whose_events_were_deleted_while_it_was_recorded_leaves_no_file(tmp_path: Path):
@@ -149,6 +150,21 @@ async def test_a_clip_whose_events_were_deleted_while_it_was_recorded_leaves_no_
     assert clips == []  # no clip message for a clip nothing serves
     assert list((tmp_path / "data" / "clips").iterdir()) == []  # and no file counting against the quota
     assert list((tmp_path / "data" / "snapshots").iterdir()) == []
+
+
+async def test_a_shared_clip_is_announced_for_the_events_still_stored(tmp_path: Path):
+    recording = _Recording(tmp_path / "data", RecorderSettings(pre_s=1.0, post_s=1.5, clip_fps=10),
+                           entries_at=[2.0, 2.6])
+    for index in range(27):  # both entries; their clip waits for post_s
+        await recording.pipeline.feed_video(_frame(100, index * 9_000))
+    first, second = [m for m in recording.sent if m.type == "event"]
+    assert await asyncio.to_thread(recording.store.flush)
+    assert await asyncio.to_thread(recording.store.delete, first.id)
+    for index in range(27, 60):
+        await recording.pipeline.feed_video(_frame(100, index * 9_000))
+    (clip,) = await recording.close()
+    assert clip.event_ids == [second.id] and clip.url == f"/api/events/{second.id}/clip.mp4"
+    assert recording.clip_frames()  # the file is there (named after the first event: the second names it)
 
 
 # ---------------------------------------------------------------- ring buffers

@@ -34,7 +34,7 @@ def test_a_full_write_queue_drops_without_blocking_and_counts_it_in_prometheus(t
         first = _entry()
         assert store.put(first) and store.flush()
 
-        def hold_the_writer() -> None:  # the writer thread waits here, as on a slow disk
+        def hold_the_writer(ids: list[str]) -> None:  # the writer thread waits here, as on a slow disk
             writer_held.set()
             release.wait(15)
 
