@@ -36,6 +36,7 @@ HTTP_STATUS: dict[str, int] = {
     "source_on_other_node": 409,
     "body_too_large": 413, "file_too_large": 413, "query_too_long": 413, "document_too_large": 413,
     "unsupported_media_type": 415,
+    "range_not_satisfiable": 416,
     "invalid_body": 422,
     "too_many_requests": 429, "too_many_sessions": 429, "too_many_sources": 429, "rate_limit_exceeded": 429,
     "too_many_offers": 429,

@@ -4,7 +4,9 @@ every session and source its timeline recorder (``storage`` config)."""
 from __future__ import annotations
 
 import asyncio
+import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Literal
 
 from aiohttp import web
@@ -115,12 +117,41 @@ async def get_event(request: web.Request) -> web.Response:
     return web.json_response(text=_info(entry).model_dump_json())
 
 
+def _media_file(store: TimelineStore, relative: str | None) -> tuple[Path, os.stat_result] | None:
+    path = store.media_path(relative)
+    if path is None:
+        return None
+    try:
+        return path, path.stat()
+    except OSError:  # removed meanwhile (retention)
+        return None
+
+
+def _range_unsatisfiable(request: web.Request, size: int, mtime: float) -> bool:
+    """Whether FileResponse would answer 416, decided as it does (it sends an empty body; Vigil's 416 carries its
+    JSON error): a malformed Range, or one that starts at or past the end. A stale If-Range means no range."""
+    if_range = request.if_range
+    if if_range is not None and mtime > if_range.timestamp():
+        return False
+    try:
+        wanted = request.http_range
+    except ValueError:
+        return True
+    if wanted.start is None or (wanted.start < 0 and wanted.stop is None):  # no range, or the last N bytes
+        return False
+    return wanted.start >= size
+
+
 async def _file(request: web.Request, which: Literal["clip", "snapshot"], content_type: str) -> web.FileResponse:
     store, entry = await _entry_or_404(request)
-    path = await asyncio.to_thread(store.media_path, entry.clip if which == "clip" else entry.snapshot)
-    if path is None:
+    found = await asyncio.to_thread(_media_file, store, entry.clip if which == "clip" else entry.snapshot)
+    if found is None:
         state = f" (clip {entry.clip_state})" if which == "clip" else ""
         raise ApiError("not_found", f"this event has no {which}{state}")
+    path, stat = found
+    if _range_unsatisfiable(request, stat.st_size, stat.st_mtime):
+        raise ApiError("range_not_satisfiable", f"the requested range is not within the {which}'s "
+                       f"{stat.st_size} bytes", headers={"Content-Range": f"bytes */{stat.st_size}"})
     # FileResponse answers Range requests (206 with the requested bytes), so a browser can seek in the clip.
     return web.FileResponse(path, headers={"Content-Type": content_type, "Cache-Control": "private, max-age=3600"})
 
@@ -151,7 +182,7 @@ def event_routes() -> tuple[Any, ...]:
         Route("GET", one + "/clip.mp4", get_event_clip, "The event's MP4 clip (HTTP range requests: 206)",
               errors=(401, 404, 416, 503), content_type="video/mp4"),
         Route("GET", one + "/snapshot.jpg", get_event_snapshot, "The event frame with its boxes drawn (JPEG)",
-              errors=(401, 404, 503), content_type="image/jpeg"),
+              errors=(401, 404, 416, 503), content_type="image/jpeg"),
         Route("DELETE", one, delete_event, "Delete a stored event, its snapshot and (unless shared) its clip",
               status=204, errors=(401, 404, 503)),
     )
@@ -175,7 +206,7 @@ def recorder_factory(settings: Settings, store: TimelineStore, executor: ThreadP
     config = settings.storage
     recorder_settings = RecorderSettings(
         clips=config.clips and config.enabled, pre_s=config.pre_s, post_s=config.post_s, max_s=config.max_s,
-        clip_fps=config.clip_fps,        scene_interval_s=config.scene_interval_s, quota_bytes=config.quota_bytes,
+        clip_fps=config.clip_fps, scene_interval_s=config.scene_interval_s, quota_bytes=config.quota_bytes,
         appear=tuple(AppearRule(rule.label, rule.min_conf) for rule in config.appear),
     )
 

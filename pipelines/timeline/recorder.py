@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -138,7 +139,7 @@ class TimelineRecorder:
         self._scene(pts, objects)
         if not events:
             return []
-        stream_s = _seconds(frame, pts)
+        stream_s = self._clip_time(frame, pts)
         out: list[tuple[str, dict[str, Any], str]] = []
         for name, data in events:
             entry = self._entry("event", name, pts, data=data,
@@ -204,11 +205,17 @@ class TimelineRecorder:
         """Every decoded frame (WebRTC sessions keep some of them)."""
         if self.mode != "frames":
             return
-        seconds = _seconds(frame, pts)
+        seconds = self._clip_time(frame, pts)
         with self._lock:
             if self._frames.due(seconds):
                 self._frames.append(seconds, frame)
                 self._grow(seconds, frame)
+
+    def _clip_time(self, frame: av.VideoFrame, pts: float) -> float:
+        """The one clock a clip is cut on. Packets: the frame's own stream time, the clock the demuxed packets
+        share. Frames (WebRTC): the pipeline's media time, which runs on across a wrap of the 32-bit RTP
+        timestamp; the frame's raw time jumps back there, and the ring would keep only pre-wrap frames."""
+        return _seconds(frame, pts) if self.mode == "packets" else pts
 
     # ------------------------------------------------------------------ reader thread: encoded packets
 
@@ -256,9 +263,13 @@ class TimelineRecorder:
             self.store.update_media(ids, clip_state="failed", on_failure=self._report)
             return
         clip_start = items[0][0]
-        self._pending = _PendingClip(ids, clip_start, stream_s + self.settings.post_s,
-                                     clip_start + self.settings.max_s, list(items), pts - (stream_s - clip_start))
-        if items[-1][0] >= self._pending.end:
+        end = min(stream_s + self.settings.post_s, clip_start + self.settings.max_s)
+        # The ring may already hold video past the clip's end (analysis lag): a clip ends at ``end`` all the same.
+        # The longest prefix, as in ``_grow`` (packets are in decoding order: a prefix decodes).
+        kept = list(itertools.takewhile(lambda item: item[0] < end, items))
+        self._pending = _PendingClip(ids, clip_start, end, clip_start + self.settings.max_s, kept,
+                                     pts - (stream_s - clip_start))
+        if len(kept) < len(items):
             self._finish()
 
     def _grow(self, seconds: float, item: Any) -> None:
@@ -323,9 +334,9 @@ class TimelineRecorder:
                 partial.unlink(missing_ok=True)
             self._media_failed(pending.event_ids, str(error))
             return
-        def announce() -> None:  # once the clip can be fetched
+        def announce(event_ids: list[str]) -> None:  # once the clip can be fetched (by the events still stored)
             if self._loop is not None and not self._loop.is_closed():
-                self._loop.call_soon_threadsafe(self._clip_ready, pending, duration)
+                self._loop.call_soon_threadsafe(self._clip_ready, pending, event_ids, duration)
 
         self.store.update_media(pending.event_ids, clip=relative, clip_state="ready",
                                 clip_start_pts=round(pending.start_pts, 3), clip_duration_s=round(duration, 3),
@@ -336,12 +347,12 @@ class TimelineRecorder:
         self._report(f"cannot record the event clip: {reason}")
         self.store.update_media(ids, clip_state="failed", on_failure=self._report)
 
-    def _clip_ready(self, pending: _PendingClip, duration: float) -> None:
+    def _clip_ready(self, pending: _PendingClip, event_ids: list[str], duration: float) -> None:
         if self._pipeline is None:
             return
         self._pipeline.emit(self._pipeline.make(
-            Clip, pts=round(pending.start_pts, 3), event_ids=pending.event_ids, duration_s=round(duration, 3),
-            url=f"/api/events/{pending.event_ids[0]}/clip.mp4"))
+            Clip, pts=round(pending.start_pts, 3), event_ids=event_ids, duration_s=round(duration, 3),
+            url=f"/api/events/{event_ids[0]}/clip.mp4"))
 
     # ------------------------------------------------------------------ lifecycle
 

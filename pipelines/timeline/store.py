@@ -7,7 +7,10 @@ disk) is reported to the entry's ``on_failure`` callback; the media loops keep s
 
 Clips and snapshots are files under ``clips/`` and ``snapshots/``, named by entry id; the table holds their
 paths relative to the data dir. Retention deletes entries older than ``max_age_s`` and, while clips and
-snapshots exceed ``quota_bytes``, the oldest clips first (their entries stay, without a clip).
+snapshots exceed ``quota_bytes``, the oldest clips first (their entries stay, without a clip). Several entries may
+share one clip (an event during another's ``post_s``) or one snapshot (events on the same frame): a file goes when
+the last entry that names it does. A file no entry names (its events were deleted while it was being written, or a
+crash) is removed when its write commits, or by retention once it is ``ORPHAN_AGE_S`` old.
 """
 
 from __future__ import annotations
@@ -27,11 +30,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from prometheus_client import Counter
+
 log = logging.getLogger(__name__)
 
 EntryKind = Literal["event", "transcript", "reply", "scene", "alert"]
 ENTRY_KINDS: tuple[str, ...] = ("event", "transcript", "reply", "scene", "alert")
 _ID = re.compile(r"^[0-9a-f]{16}$")
+MEDIA_DIRS = ("clips", "snapshots")
+MEDIA_COLUMNS = ("clip", "snapshot")
+# A file under clips/ or snapshots/ that no entry names is removed by retention once it is this old; younger ones
+# may be a write in flight (written, its entry update still queued).
+ORPHAN_AGE_S = 60.0
+
+DROPPED = Counter("vigil_timeline_dropped_total",
+                  "Timeline writes (entries, clip and snapshot updates) refused because the write queue was full.")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -55,6 +68,7 @@ CREATE TABLE IF NOT EXISTS entries (
 CREATE INDEX IF NOT EXISTS entries_by_time ON entries (wall_ts, seq);
 CREATE INDEX IF NOT EXISTS entries_by_source ON entries (source, seq);
 CREATE INDEX IF NOT EXISTS entries_by_clip ON entries (clip);
+CREATE INDEX IF NOT EXISTS entries_by_snapshot ON entries (snapshot);
 """
 
 
@@ -103,7 +117,10 @@ class _MediaUpdate:
     clip_start_pts: float | None = None
     clip_duration_s: float | None = None
     snapshot: str | None = None
-    on_committed: Callable[[], None] | None = None  # called on the writer thread once the update is committed
+    # Called on the writer thread once the update is committed, with the ids it updated (some may have been
+    # deleted meanwhile); not called when none was left.
+    on_committed: Callable[[list[str]], None] | None = None
+    updated: list[str] = field(default_factory=list)  # the ids still stored when it was applied
 
 
 FailureCallback = Callable[[str], None]
@@ -145,7 +162,7 @@ class TimelineStore:
         self.quota_bytes = quota_bytes
         self.batch_entries = batch_entries
         self.retention_interval_s = retention_interval_s
-        self.dropped = 0  # entries refused because the queue was full
+        self.dropped = 0  # writes refused because the queue was full (also vigil_timeline_dropped_total)
         self.open_error: str | None = None
         self._queue: queue.Queue[_Item | None] = queue.Queue(queue_entries)
         self._writer: threading.Thread | None = None
@@ -230,7 +247,7 @@ class TimelineStore:
         return self._offer((entry, on_failure))
 
     def update_media(self, ids: list[str], *, on_failure: FailureCallback | None = None,
-                     on_committed: Callable[[], None] | None = None, **fields: Any) -> bool:
+                     on_committed: Callable[[list[str]], None] | None = None, **fields: Any) -> bool:
         """Set clip/snapshot fields of stored entries; ``on_committed`` runs (writer thread) once they are
         visible to readers."""
         return self._offer((_MediaUpdate(list(ids), on_committed=on_committed, **fields), on_failure))
@@ -252,7 +269,10 @@ class TimelineStore:
             with self._idle:
                 self._pending -= 1
                 self._idle.notify_all()
+            if isinstance(item[0], _Retention):  # only a nudge: the writer runs retention on its timer anyway
+                return False
             self.dropped += 1
+            DROPPED.inc()
             if item[1] is not None:
                 item[1]("timeline write queue full: entries are being dropped")
             return False
@@ -304,9 +324,14 @@ class TimelineStore:
                 callback(f"timeline write failed: {error}")
             return
         for item, _ in batch:
-            if isinstance(item, _MediaUpdate) and item.on_committed is not None:
+            if not isinstance(item, _MediaUpdate):
+                continue
+            if not item.updated:  # its entries were deleted while the file was written: nothing will serve it
+                for relative in (item.clip, item.snapshot):
+                    self._unlink_unused(self._conn, relative)
+            elif item.on_committed is not None:
                 try:
-                    item.on_committed()
+                    item.on_committed(item.updated)
                 except Exception:
                     log.exception("timeline commit callback failed")
         committed = [item for item, _ in batch if isinstance(item, TimelineEntry)]
@@ -333,8 +358,8 @@ class TimelineStore:
         if not values:
             return
         assignments = ", ".join(f"{column} = ?" for column in values)
-        self._conn.executemany(f"UPDATE entries SET {assignments} WHERE id = ?",
-                               [(*values.values(), entry_id) for entry_id in u.ids])
+        u.updated = [entry_id for entry_id in u.ids if self._conn.execute(
+            f"UPDATE entries SET {assignments} WHERE id = ?", (*values.values(), entry_id)).rowcount]
 
     # ------------------------------------------------------------------ reads (blocking: call on a thread)
 
@@ -377,25 +402,36 @@ class TimelineStore:
         return path
 
     def delete(self, entry_id: str) -> bool:
-        """Delete an entry, its snapshot, and its clip once no other entry uses it (blocking)."""
-        entry = self.get(entry_id)
-        if entry is None:
+        """Delete an entry, and its clip and snapshot once no other entry uses them (blocking)."""
+        if not valid_entry_id(entry_id):
             return False
-        # On the reader's connection (not the writer's): SQLite serialises the two writers itself.
-        with self._retention_lock, self._reading() as conn, _transaction(conn):
-            conn.execute("DELETE FROM entries WHERE id = ?", (entry_id,))
-            still_used = entry.clip is not None and conn.execute(
-                "SELECT 1 FROM entries WHERE clip = ? LIMIT 1", (entry.clip,)).fetchone() is not None
-        for relative in (entry.snapshot, None if still_used else entry.clip):
-            self._unlink(relative)
+        # On the reader's connection (not the writer's): SQLite serialises the two writers itself. The row is read
+        # inside the write transaction, so a clip or snapshot committed just before is seen (and removed).
+        with self._retention_lock, self._reading() as conn:
+            with _transaction(conn):
+                row = conn.execute("SELECT clip, snapshot FROM entries WHERE id = ?", (entry_id,)).fetchone()
+                if row is None:
+                    return False
+                conn.execute("DELETE FROM entries WHERE id = ?", (entry_id,))
+            for relative in (row["clip"], row["snapshot"]):
+                self._unlink_unused(conn, relative)
         self._deleted([entry_id])
         return True
+
+    def _unlink_unused(self, conn: sqlite3.Connection, relative: str | None) -> int:
+        """Remove a clip or snapshot file unless an entry still names it (entries share them)."""
+        if not relative:
+            return 0
+        for column in MEDIA_COLUMNS:
+            if conn.execute(f"SELECT 1 FROM entries WHERE {column} = ? LIMIT 1", (relative,)).fetchone():
+                return 0
+        return self._unlink(relative)
 
     # ------------------------------------------------------------------ retention (writer thread or tests)
 
     def disk_usage(self) -> int:
         total = 0
-        for sub in ("clips", "snapshots"):
+        for sub in MEDIA_DIRS:
             for dirpath, _, files in os.walk(self.data_dir / sub):
                 for name in files:
                     with contextlib.suppress(OSError):
@@ -409,19 +445,34 @@ class TimelineStore:
         cutoff = (now if now is not None else time.time()) - self.max_age_s
         try:
             with self._retention_lock:
-                old = self._conn.execute("SELECT id, clip, snapshot FROM entries WHERE wall_ts < ?",
-                                         (cutoff,)).fetchall()
                 with _transaction(self._conn):
+                    old = self._conn.execute("SELECT id, clip, snapshot FROM entries WHERE wall_ts < ?",
+                                             (cutoff,)).fetchall()
                     self._conn.execute("DELETE FROM entries WHERE wall_ts < ?", (cutoff,))
                 self._deleted([row["id"] for row in old])
-                for row in old:
-                    self._unlink(row["snapshot"])
-                    if row["clip"] and self._conn.execute("SELECT 1 FROM entries WHERE clip = ? LIMIT 1",
-                                                          (row["clip"],)).fetchone() is None:
-                        self._unlink(row["clip"])
+                for relative in dict.fromkeys(r for row in old for r in (row["clip"], row["snapshot"]) if r):
+                    self._unlink_unused(self._conn, relative)
+                self._sweep_orphans()
                 self._enforce_quota()
         except sqlite3.Error as error:
             log.error("timeline retention failed: %s", error)
+
+    def _sweep_orphans(self) -> None:
+        """Remove files under clips/ and snapshots/ that no entry names, once they are ``ORPHAN_AGE_S`` old (a
+        clip written for entries deleted meanwhile, a ``.part`` left by a crash)."""
+        assert self._conn is not None
+        named = {row[0] for row in self._conn.execute(
+            "SELECT clip FROM entries WHERE clip IS NOT NULL UNION SELECT snapshot FROM entries"
+            " WHERE snapshot IS NOT NULL")}
+        older_than = time.time() - ORPHAN_AGE_S
+        for sub in MEDIA_DIRS:
+            with contextlib.suppress(OSError), os.scandir(self.data_dir / sub) as files:
+                for file in files:
+                    relative = f"{sub}/{file.name}"
+                    with contextlib.suppress(OSError):
+                        if relative not in named and file.is_file() and file.stat().st_mtime < older_than:
+                            log.info("timeline retention: removing %s (no entry names it)", relative)
+                            self._unlink(relative)
 
     def _enforce_quota(self) -> None:
         assert self._conn is not None
@@ -438,13 +489,14 @@ class TimelineStore:
             with _transaction(self._conn):
                 self._conn.execute("UPDATE entries SET clip = NULL, clip_state = 'deleted' WHERE clip = ?",
                                    (row["clip"],))
-        snapshots = self._conn.execute("SELECT id, snapshot FROM entries WHERE snapshot IS NOT NULL ORDER BY seq")
+        snapshots = self._conn.execute("SELECT snapshot, min(seq) AS first FROM entries WHERE snapshot IS NOT NULL"
+                                       " GROUP BY snapshot ORDER BY first")
         for row in snapshots.fetchall():
             if usage <= self.quota_bytes:
                 return
             usage -= self._unlink(row["snapshot"])
             with _transaction(self._conn):
-                self._conn.execute("UPDATE entries SET snapshot = NULL WHERE id = ?", (row["id"],))
+                self._conn.execute("UPDATE entries SET snapshot = NULL WHERE snapshot = ?", (row["snapshot"],))
 
     def _unlink(self, relative: str | None) -> int:
         if not relative:

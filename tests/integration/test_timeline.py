@@ -143,7 +143,15 @@ async def test_events_and_clips_survive_a_restart_and_are_served_with_ranges(vig
         assert not list((tmp_path / "events" / "clips").glob("*.mp4"))
         status, body, _ = await _get(http, f"{again.url}/openapi.json")
         paths = json.loads(body)["paths"]
-        assert {"/api/events", "/api/events/{event_id}", "/api/events/{event_id}/clip.mp4"} <= set(paths)
+        one = "/api/events/{event_id}"
+        documented = {(path, method) for path, methods in paths.items() if path.startswith("/api/events")
+                      for method in methods}
+        assert documented == {("/api/events", "get"), (one, "get"), (one, "delete"), (one + "/clip.mp4", "get"),
+                              (one + "/snapshot.jpg", "get")}
+        assert set(paths[one]["delete"]["responses"]) == {"204", "401", "404", "503"}
+        for media in ("/clip.mp4", "/snapshot.jpg"):  # a range past the end: 416 with the JSON error body
+            schema = paths[one + media]["get"]["responses"]["416"]["content"]["application/json"]["schema"]
+            assert schema == {"$ref": "#/components/schemas/ErrorBody"}
 
 
 async def test_the_event_api_needs_the_token(vigil, tmp_path: Path):
@@ -189,6 +197,73 @@ async def test_storage_failure_degrades_to_live_events_with_one_error(vigil, med
             events = json.loads(body)["events"]
             assert [e["name"] for e in events] == ["zone.enter"] and events[0]["clip_state"] == "failed"
             assert not list((tmp_path / "events" / "clips").iterdir())
+
+
+class EntriesIntoTwoZonesOnOneFrameAnalyzerForTest(ZoneEntryAnalyzerForTest):
+    """No detector runs: at 1 s of media time one frame reports entries into two zones (door, window), so both
+    events share that frame's snapshot and one clip; the storage under test (recorder, store, API) is real."""
+
+    name = "entries-into-two-zones-for-test"
+
+    def due(self, sampled: Any) -> bool:
+        return sampled.pts >= 1.0
+
+    async def analyze(self, sampled: Any) -> Any:
+        result = await super().analyze(sampled)
+        result.events += [(name, {**data, "zone": "window"}) for name, data in result.events]
+        return result
+
+
+async def test_events_on_one_frame_share_a_snapshot_and_clip_until_the_last_is_deleted(
+        vigil, media: Path, tmp_path: Path):
+    from server.sessions import Analyzers
+
+    server = await vigil(Analyzers(video=EntriesIntoTwoZonesOnOneFrameAnalyzerForTest),
+                         sources={"media_root": str(media)}, storage=_storage(tmp_path))
+    data_dir = tmp_path / "events"
+    async with aiohttp.ClientSession() as http:
+        source = await _start_slide(http, server.url)
+        async with http.ws_connect(f"{server.url}/api/sources/{source['id']}/results") as ws:
+            watcher = Watcher(ws)
+            clip_message = await watcher.next(lambda m: m["type"] == "clip", timeout=60)
+        door, window = [m for m in watcher.seen if m["type"] == "event" and m["name"] == "zone.enter"]
+        assert (door["data"]["zone"], window["data"]["zone"]) == ("door", "window")
+        assert clip_message["event_ids"] == [door["id"], window["id"]]
+        events = f"{server.url}/api/events"
+
+        # ?session= is ?source='s alias
+        status, body, _ = await _get(http, f"{events}?session={source['id']}")
+        assert status == 200 and [e["id"] for e in json.loads(body)["events"]] == [window["id"], door["id"]]
+        status, body, _ = await _get(http, f"{events}?session=not-this-one")
+        assert status == 200 and json.loads(body)["events"] == []
+
+        status, snapshot, _ = await _get(http, f"{events}/{door['id']}/snapshot.jpg")
+        assert status == 200 and snapshot[:2] == b"\xff\xd8"
+        assert (await _get(http, f"{events}/{window['id']}/snapshot.jpg"))[:2] == (200, snapshot)
+        status, clip, _ = await _get(http, f"{events}/{door['id']}/clip.mp4")
+        assert status == 200 and len(clip) > 1000
+
+        for media_file, size in (("clip.mp4", len(clip)), ("snapshot.jpg", len(snapshot))):
+            for past_the_end in (f"bytes={size}-", "bytes=999999999-", "bytes=999999999-999999999"):
+                status, body, headers = await _get(http, f"{events}/{door['id']}/{media_file}",
+                                                   headers={"Range": past_the_end})
+                assert status == 416 and headers["Content-Range"] == f"bytes */{size}", (media_file, past_the_end)
+                assert headers["Content-Type"].startswith("application/json")
+                assert json.loads(body)["error"]["code"] == "range_not_satisfiable"
+        status, part, _ = await _get(http, f"{events}/{door['id']}/clip.mp4",
+                                     headers={"Range": f"bytes={len(clip) - 1}-"})
+        assert status == 206 and part == clip[-1:]  # the last byte is still within
+
+        async with http.delete(f"{events}/{door['id']}") as response:
+            assert response.status == 204
+        status, body, _ = await _get(http, f"{events}/{window['id']}")
+        assert status == 200 and json.loads(body)["has_snapshot"] and json.loads(body)["has_clip"]
+        assert (await _get(http, f"{events}/{window['id']}/snapshot.jpg"))[:2] == (200, snapshot)
+        assert (await _get(http, f"{events}/{window['id']}/clip.mp4"))[:2] == (200, clip)
+
+        async with http.delete(f"{events}/{window['id']}") as response:
+            assert response.status == 204
+    assert list((data_dir / "clips").iterdir()) == [] and list((data_dir / "snapshots").iterdir()) == []
 
 
 class ZoneEntryAtFourSecondsAnalyzerForTest(ZoneEntryAnalyzerForTest):
