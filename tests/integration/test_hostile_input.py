@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
+import signal
+import sys
 
 import aiohttp
 import pytest
 
 from server.client import VigilClient
+from tests.support.rtsp import free_port
 
 # Each of these once ended the session (an exception escaped the data-channel callback) or the subscriber.
 DEEP_ARRAY = "[" * 2000 + "]" * 2000
@@ -233,3 +237,94 @@ async def test_a_rejected_data_channel_section_is_not_connectable(vigil):
     lines = [re.sub(r"^m=application \d+", "m=application 0", line) for line in sdp.splitlines()]
     status, body, _ = await _post_offer(server.url, "".join(line + "\r\n" for line in lines))
     assert status == 400 and body["error"]["code"] == "not_connectable" and "a port" in body["error"]["message"]
+
+
+# ---------------------------------------------------------------- the HTTP layer: access log and framing
+
+SECRET = "s3cret-do-not-log-0f9e"  # noqa: S105 - a test token
+
+
+def _access_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Each access-log record as it would be written: the message and every structured field it carries."""
+    return [record.getMessage() + " " + repr(vars(record)) for record in caplog.records
+            if record.name == "aiohttp.access"]
+
+
+async def test_the_token_in_a_query_never_reaches_the_access_log(vigil, caplog):
+    caplog.set_level(logging.INFO, logger="aiohttp.access")  # `vigil serve` logs at INFO
+    server = await vigil(auth={"token": SECRET})
+    requests = [  # the dashboard's way (?token=, browsers cannot set headers there), spelled several ways
+        (f"/api/sources?token={SECRET}", {}),
+        (f"/api/sources?limit=5&%74oken={SECRET}", {}),  # aiohttp decodes the key: still the token
+        ("/api/sources?api_key=" + SECRET, {"Authorization": f"Bearer {SECRET}", "Referer":
+                                            f"http://127.0.0.1/?token={SECRET}#live"}),
+    ]
+    async with aiohttp.ClientSession() as http:
+        for path, headers in requests:
+            async with http.get(server.url + path, headers=headers) as response:
+                assert response.status == 200, await response.text()
+    async with asyncio.timeout(10):
+        while len(_access_lines(caplog)) < len(requests):  # noqa: ASYNC110 (logged after the response is sent)
+            await asyncio.sleep(0.05)
+    lines = _access_lines(caplog)
+    assert not [line for line in lines if SECRET in line], lines
+    assert sum("GET /api/sources?token=***" in line for line in lines) == 1, lines  # logged, with its path
+    assert any("?limit=5&" in line and "oken=***" in line for line in lines), lines
+    assert any('"http://127.0.0.1/?token=***' in line for line in lines), lines  # the Referer
+
+
+MALFORMED_FRAMING = {
+    "content_length": b"GET /api/sources HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    "method": b"G@T / HTTP/1.1\r\nHost: x\r\n\r\n",
+    "garbage": b"garbage\r\n\r\n",
+    "header_value": b"GET / HTTP/1.1\r\nAuthorization: Bearer " + SECRET.encode() + b"\x01\r\n\r\n",
+    "line_too_long": b"GET / HTTP/1.1\r\nX-Long: " + b"a" * 10_000 + b"\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("framing", sorted(MALFORMED_FRAMING))
+async def test_malformed_http_framing_is_a_json_400(vigil, caplog, framing: str):
+    caplog.set_level(logging.INFO)
+    server = await vigil()
+    answer = await _raw_http(server.url, MALFORMED_FRAMING[framing])  # reads to EOF: the server closed
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0].endswith(b" 400 Bad Request"), answer
+    assert b"Content-Type: application/json" in head, head
+    body = json.loads(payload)
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    assert body["error"]["code"] == "bad_request" and body["error"]["message"].startswith("malformed HTTP"), body
+    # the parser quotes the raw bytes (a token in a header, too): neither the client nor the log sees them
+    assert SECRET.encode() not in answer and SECRET not in caplog.text
+    assert "Traceback" not in caplog.text and "malformed HTTP request" in caplog.text
+    async with aiohttp.ClientSession() as http, http.get(server.url + "/healthz") as response:
+        assert response.status == 200
+
+
+async def test_vigil_serve_logs_requests_without_the_token_and_stops_gracefully_on_sigterm(tmp_path):
+    """The production path end to end (``vigil serve`` at INFO, then SIGTERM), not only the shared helper."""
+    port = free_port()
+    env = {**os.environ, "VIGIL_AUTH__TOKEN": SECRET, "VIGIL_VOICE__ENABLED": "false",
+           "VIGIL_MODELS__DETECTOR__BACKEND": "none", "VIGIL_MEMORY__ENABLED": "false",
+           "VIGIL_STORAGE__DATA_DIR": str(tmp_path / "data")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1", "--port", str(port), env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        async with asyncio.timeout(120):
+            while b"Running on" not in await process.stdout.readline():
+                assert process.returncode is None
+        async with aiohttp.ClientSession() as http, http.get(
+                f"http://127.0.0.1:{port}/api/sources?token={SECRET}") as response:
+            assert response.status == 200
+        answer = await _raw_http(f"http://127.0.0.1:{port}", MALFORMED_FRAMING["header_value"])
+        assert b'"code": "bad_request"' in answer
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(60):
+            output = (await process.stdout.read()).decode()
+            assert await process.wait() == 0, output
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert "GET /api/sources?token=*** HTTP/1.1" in output, output
+    assert SECRET not in output
