@@ -13,8 +13,10 @@ import sys
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from server.client import VigilClient
+from server.http_server import start_serving
 from tests.support.rtsp import free_port
 
 # Each of these once ended the session (an exception escaped the data-channel callback) or the subscriber.
@@ -241,7 +243,7 @@ async def test_a_rejected_data_channel_section_is_not_connectable(vigil):
 
 # ---------------------------------------------------------------- the HTTP layer: access log and framing
 
-SECRET = "s3cret-do-not-log-0f9e"  # noqa: S105 - a test token
+SECRET = "s3cret-do-not-log-0f9e"  # a test token: must appear in no log line nor answer
 
 
 def _access_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -328,3 +330,25 @@ async def test_vigil_serve_logs_requests_without_the_token_and_stops_gracefully_
             await process.wait()
     assert "GET /api/sources?token=*** HTTP/1.1" in output, output
     assert SECRET not in output
+
+
+async def test_an_error_past_every_middleware_is_a_json_500_without_a_traceback():
+    """Vigil's apps catch everything in ``json_errors``; the protocol layer's own 500 is the last line behind it
+    (an app without that middleware, served by the same helper)."""
+
+    async def broken(request: web.Request) -> web.Response:
+        raise RuntimeError("internal detail " + SECRET)
+
+    app = web.Application()
+    app.router.add_get("/broken", broken)
+    runner = await start_serving(app, "127.0.0.1", 0, shutdown_timeout=2.0)
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        async with aiohttp.ClientSession() as http, http.get(url + "/broken",
+                                                             headers={"Accept": "text/html"}) as response:
+            body = await response.text()
+        assert response.status == 500 and response.content_type == "application/json", body
+        assert json.loads(body) == {"error": {"code": "internal",
+                                              "message": "internal server error; see the server log"}}
+    finally:
+        await runner.cleanup()
