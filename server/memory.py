@@ -26,7 +26,7 @@ from pipelines.memory.vectors import MilvusVectors
 from pipelines.serving.chat import ChatInput
 from server.config import Settings
 from server.engines import ENGINES
-from server.errors import ApiError
+from server.errors import ApiError, validate_json
 from server.events_api import TIMELINE
 from server.sessions import Analyzers
 from server.state import SETTINGS
@@ -282,10 +282,7 @@ async def add_document(request: web.Request) -> web.Response:
         raise ApiError("document_too_large",
                        f"the document is {len(raw)} bytes; the limit is {limits.max_document_bytes}")
     if request.content_type == "application/json":
-        try:
-            body = DocumentBody.model_validate_json(raw)
-        except ValueError as error:
-            raise ApiError("invalid_document", str(error)[:1000]) from None
+        body = validate_json(raw, DocumentBody)  # the one JSON parser: invalid_json 400, invalid_body 422
     elif request.content_type in ("text/plain", "text/markdown"):
         try:
             text = raw.decode("utf-8")
