@@ -415,7 +415,8 @@ async def delete_transcription_job(request: web.Request) -> web.StreamResponse:
 
 
 class SpeechRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict, as OpenAI is (and /v1/chat/completions): "speed": "1.5" or true is a 400, not a coerced number.
+    model_config = ConfigDict(extra="forbid", strict=True)
     model: str = Field(min_length=1)
     input: str = Field(min_length=1)
     voice: str | dict[str, Any]

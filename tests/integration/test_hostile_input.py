@@ -219,15 +219,23 @@ async def test_a_client_leaving_mid_body_is_neither_a_500_nor_an_unhandled_error
     assert "unhandled error" not in caplog.text
 
 
-@pytest.mark.parametrize("field, value", [("max_tokens", "10"), ("stream", "yes"), ("stream", 1),
-                                          ("temperature", "0.5"), ("n", 1.5), ("seed", True),
-                                          ("logprobs", "true"), ("stream_options", {"include_usage": "yes"})])
-async def test_loose_types_on_chat_completions_are_a_400_like_openai(vigil, field: str, value: object):
+CHAT = ("/v1/chat/completions", {"model": "any", "messages": [{"role": "user", "content": "hi"}]})
+SPEECH = ("/v1/audio/speech", {"model": "tts-1", "input": "hi", "voice": "alloy"})
+
+
+@pytest.mark.parametrize("route, field, value", [
+    (CHAT, "max_tokens", "10"), (CHAT, "stream", "yes"), (CHAT, "stream", 1), (CHAT, "temperature", "0.5"),
+    (CHAT, "n", 1.5), (CHAT, "seed", True), (CHAT, "logprobs", "true"),
+    (CHAT, "stream_options", {"include_usage": "yes"}),
+    (SPEECH, "speed", "1.5"), (SPEECH, "speed", True), (SPEECH, "speed", "2"),
+], ids=lambda v: v[0].rsplit("/", 1)[1] if isinstance(v, tuple) else str(v))
+async def test_loose_types_on_the_openai_routes_are_a_400_like_openai(vigil, route, field: str, value: object):
     server = await vigil()
-    body = {"model": "any", "messages": [{"role": "user", "content": "hi"}], field: value}
+    path, base = route
+    body = {**base, field: value}
     if field == "stream_options":
         body["stream"] = True
-    async with aiohttp.ClientSession() as http, http.post(f"{server.url}/v1/chat/completions", json=body) as r:
+    async with aiohttp.ClientSession() as http, http.post(server.url + path, json=body) as r:
         answer = await r.json()
     assert r.status == 400, answer
     assert answer["error"]["type"] == "invalid_request_error" and field in answer["error"]["param"]
