@@ -203,20 +203,34 @@ async def test_a_malformed_multipart_part_header_is_a_400(vigil):
     assert "malformed multipart" in json.loads(payload)["error"]["message"]
 
 
-@pytest.mark.parametrize("path", ["/offer", "/api/sources", "/v1/chat/completions", "/v1/audio/speech"])
-async def test_a_client_leaving_mid_body_is_neither_a_500_nor_an_unhandled_error(vigil, caplog, path: str):
+PARTIAL_UPLOAD = (b'--B\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n'
+                  b'--B\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+                  b"Content-Type: audio/wav\r\n\r\nRIFF" + b"\x00" * 2000)  # ... and the rest never comes
+LEAVING_MID_BODY = {path: ("application/json", b'{"sdp": ')
+                    for path in ["/offer", "/api/sources", "/v1/chat/completions", "/v1/audio/speech"]}
+for upload_path in ["/v1/audio/transcriptions", "/v1/audio/transcriptions/jobs"]:
+    LEAVING_MID_BODY[upload_path] = ("multipart/form-data; boundary=B", PARTIAL_UPLOAD)
+
+
+@pytest.mark.parametrize("path", sorted(LEAVING_MID_BODY))
+async def test_a_client_leaving_mid_body_is_neither_a_500_nor_an_unhandled_error(vigil, caplog, tmp_path,
+                                                                                path: str):
     caplog.set_level(logging.INFO)
-    server = await vigil()
+    jobs = tmp_path / "jobs"
+    server = await vigil(transcription={"data_dir": str(jobs)})
     before = _errors_500(await _exposition(server.url))
-    await _raw_http(server.url, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                "Content-Length: 1000\r\n\r\n{\"sdp\": ".encode(), answer=False)
+    content_type, partial = LEAVING_MID_BODY[path]
+    await _raw_http(server.url, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+                                f"Content-Length: {len(partial) + 100_000}\r\n\r\n".encode() + partial,
+                    answer=False)
     async with asyncio.timeout(10):
         while "client left" not in caplog.text:  # noqa: ASYNC110 (the handler runs in this same loop)
             await asyncio.sleep(0.05)
     exposition = await _exposition(server.url)
     assert _errors_500(exposition) == before
     assert 'code="client_closed_request"' in exposition
-    assert "unhandled error" not in caplog.text
+    assert "unhandled error" not in caplog.text and "Traceback" not in caplog.text
+    assert not list(jobs.rglob("*.part"))  # a job's half upload is not left on disk
 
 
 CHAT = ("/v1/chat/completions", {"model": "any", "messages": [{"role": "user", "content": "hi"}]})
