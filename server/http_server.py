@@ -137,7 +137,33 @@ def serve_forever(app: web.Application, host: str, port: int, *, shutdown_timeou
         finally:
             await runner.cleanup()
 
-    # The signal handlers raise GracefulExit out of the loop; asyncio.run then cancels serve(), whose cleanup
-    # runs the app's shutdown, as run_app's did.
-    with contextlib.suppress(web.GracefulExit, KeyboardInterrupt):
-        asyncio.run(serve())
+    # As web.run_app: the signal handlers raise GracefulExit out of the loop; serve() is then cancelled, so its
+    # cleanup runs the app's shutdown; then the remaining tasks are cancelled and the loop closed.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    main = loop.create_task(serve())
+    try:
+        loop.run_until_complete(main)
+    except (web.GracefulExit, KeyboardInterrupt):
+        pass
+    finally:
+        try:
+            if not main.done():
+                main.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    loop.run_until_complete(main)
+        finally:
+            _cancel_remaining_tasks(loop)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+
+def _cancel_remaining_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            loop.call_exception_handler({"message": "unhandled exception during shutdown",
+                                         "exception": task.exception(), "task": task})
