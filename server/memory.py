@@ -385,7 +385,7 @@ def memory_routes() -> tuple[Any, ...]:
               errors=errors),
         Route("POST", "/api/collections/{collection}/documents", add_document,
               "Add a document (JSON {name, text, format}, or a text/plain or text/markdown body) to a collection",
-              DocumentBody, DocumentInfo, status=201, errors=(*errors, 415)),
+              DocumentBody, DocumentInfo, status=201, errors=(*errors, 415, 422)),
         Route("GET", "/api/collections/{collection}/documents", list_documents, "A collection's documents",
               response=DocumentList, errors=(400, 401, 503)),
         Route("GET", "/api/collections/{collection}/documents/{document_id}", get_document,
