@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -126,6 +127,13 @@ def error_response(error: ApiError, path: str, status: int | None = None) -> web
         headers.setdefault("WWW-Authenticate", "Bearer")
     HTTP_ERRORS.labels(status=str(status), code=error.code).inc()
     return web.json_response(body, status=status, headers=headers)
+
+
+def parser_error_reason(message: str | None) -> str:
+    """The first clause of an aiohttp parser message (``HttpProcessingError.message``), without the raw bytes it
+    quotes after it: they may hold a header's secret, and they are the client's own input anyway."""
+    first_line = (message or "").strip().split("\n", 1)[0]
+    return re.split(r":\s*b['\"]|:$", first_line, maxsplit=1)[0].strip(" .:")[:200]
 
 
 def client_left(request: web.Request, error: BaseException) -> bool:

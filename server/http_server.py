@@ -31,7 +31,7 @@ from aiohttp.web_request import BaseRequest
 
 from pipelines.errors import ApiError
 from pipelines.sources.urls import MASK, redact_text
-from server.errors import CODE_FOR_STATUS, error_response
+from server.errors import CODE_FOR_STATUS, error_response, parser_error_reason
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +62,6 @@ class RedactingAccessLogger(AccessLogger):
                 for key, value in super()._format_line(request, response, time)]
 
 
-def _parser_reason(message: str | None) -> str:
-    """The first clause of aiohttp's parser message, without the raw bytes it quotes after it."""
-    first_line = (message or "").split("\n", 1)[0]
-    return re.split(r":\s*b['\"]|:$", first_line, maxsplit=1)[0].strip(" .:")[:200]
-
-
 class JsonErrorRequestHandler(RequestHandler):
     """aiohttp's per-connection protocol, answering its own errors in Vigil's JSON error shape (``force_close``:
     after a framing error the stream is out of step). Never a traceback in a response."""
@@ -79,7 +73,7 @@ class JsonErrorRequestHandler(RequestHandler):
             error = ApiError("internal", "internal server error; see the server log")
         else:
             # A broken or hostile client, not a server fault: one line, no traceback, no raw bytes.
-            reason = _parser_reason(message) or "unreadable request"
+            reason = parser_error_reason(message) or "unreadable request"
             self.logger.info("malformed HTTP request from %s: %s (%s)", request.remote, reason,
                              type(exc).__name__ if exc else "-")
             error = ApiError(CODE_FOR_STATUS.get(status, "bad_request"), f"malformed HTTP request: {reason}")
