@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -32,8 +31,6 @@ from aiohttp.web_request import BaseRequest
 from pipelines.errors import ApiError
 from pipelines.sources.urls import MASK, redact_text
 from server.errors import CODE_FOR_STATUS, error_response, parser_error_reason
-
-log = logging.getLogger(__name__)
 
 # Query keys whose values are secrets, matched on the decoded key (aiohttp decodes `%74oken` to `token` too).
 SECRET_QUERY_KEY = re.compile(r"token|secret|passw|api[-_]?key|^key$|auth|credential|signature", re.IGNORECASE)
