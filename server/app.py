@@ -19,6 +19,7 @@ from server.engines import ENGINES, Engines, ModelPool
 from server.errors import json_errors
 from server.events_api import setup_events_api
 from server.grpc_api.service import setup_grpc
+from server.http_server import serve_forever
 from server.ice import restrict_host_addresses
 from server.memory import setup_memory
 from server.metrics import watch_event_loop
@@ -99,10 +100,5 @@ async def _watch_event_loop(app: web.Application) -> AsyncIterator[None]:
 def run(settings: Settings, analyzers: Analyzers | None = None) -> None:
     app = create_app(settings, analyzers)
     log.info("Vigil listening on http://%s:%s/", settings.server.host, settings.server.port)
-    web.run_app(
-        app,
-        host=settings.server.host,
-        port=settings.server.port,
-        shutdown_timeout=settings.server.shutdown_timeout_s,
-        print=lambda text: print(text, flush=True),
-    )
+    serve_forever(app, settings.server.host, settings.server.port,
+                  shutdown_timeout=settings.server.shutdown_timeout_s, print=lambda text: print(text, flush=True))

@@ -30,7 +30,7 @@ from pipelines.speech import CONTENT_TYPES as SPEECH_CONTENT_TYPES
 from pipelines.speech import SpeechBusy, SpeechSynthesizer
 from server.config import Settings
 from server.engines import Engines
-from server.errors import read_json_body
+from server.errors import parser_error_reason, read_json_body
 from server.v1_ingress import MULTIPART_FIELD_BYTES as MAX_FIELD_BYTES
 
 log = logging.getLogger(__name__)
@@ -151,8 +151,11 @@ async def _read_upload(request: web.Request, destination: Path | BinaryIO, limit
                 upload.fields.setdefault(name, []).append(await _read_field(part, name))
                 if sum(len(v) for values in upload.fields.values() for v in values) > MAX_FIELD_BYTES:
                     raise ApiError("invalid_request", f"the form fields add up to more than {MAX_FIELD_BYTES} bytes")
-    except (ValueError, AssertionError, web.HTTPException, HttpProcessingError) as error:
-        # aiohttp reports a malformed multipart body with these (a bad part header: InvalidHeader)
+    except HttpProcessingError as error:  # a bad part header (InvalidHeader): its reason, not the raw bytes
+        raise ApiError("invalid_request", "malformed multipart/form-data body: "
+                       + (parser_error_reason(error.message) or "unreadable part")) from None
+    except (ValueError, AssertionError, web.HTTPException) as error:
+        # aiohttp reports other malformed multipart bodies with these
         raise ApiError("invalid_request", f"malformed multipart/form-data body: {error}") from None
     if upload.path is None:
         raise ApiError("invalid_request", "the 'file' part is missing", param="file")
@@ -415,7 +418,8 @@ async def delete_transcription_job(request: web.Request) -> web.StreamResponse:
 
 
 class SpeechRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict, as OpenAI is (and /v1/chat/completions): "speed": "1.5" or true is a 400, not a coerced number.
+    model_config = ConfigDict(extra="forbid", strict=True)
     model: str = Field(min_length=1)
     input: str = Field(min_length=1)
     voice: str | dict[str, Any]

@@ -3,13 +3,14 @@ in Vigil's shape ``{"error": {"code", "message"}}`` or, under ``/v1/``, in OpenA
 ``{"error": {"message", "type", "param", "code"}}`` (so the official SDKs raise their usual exceptions). The HTTP
 status comes from the error's code, through the tables below; nothing else decides it.
 
-``read_json_body`` is the one reader of JSON request bodies.
+``read_json_body`` is the one reader of JSON request bodies (``validate_json`` for a body a route has read itself).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -115,9 +116,10 @@ def vigil_error_body(error: ApiError) -> dict[str, Any]:
     return {"error": body}
 
 
-def error_response(error: ApiError, path: str) -> web.Response:
+def error_response(error: ApiError, path: str, status: int | None = None) -> web.Response:
+    """``status``: only where the transport already decided it (aiohttp's protocol layer, server.http_server)."""
     openai = is_openai_path(path)
-    status = http_status(error, openai)
+    status = status or http_status(error, openai)
     body = openai_error_body(error, status) if openai else vigil_error_body(error)
     headers = dict(error.headers)
     if error.retry_after_s is not None:
@@ -126,6 +128,13 @@ def error_response(error: ApiError, path: str) -> web.Response:
         headers.setdefault("WWW-Authenticate", "Bearer")
     HTTP_ERRORS.labels(status=str(status), code=error.code).inc()
     return web.json_response(body, status=status, headers=headers)
+
+
+def parser_error_reason(message: str | None) -> str:
+    """The first clause of an aiohttp parser message (``HttpProcessingError.message``), without the raw bytes it
+    quotes after it: they may hold a header's secret, and they are the client's own input anyway."""
+    first_line = (message or "").strip().split("\n", 1)[0]
+    return re.split(r":\s*b['\"]|:$", first_line, maxsplit=1)[0].strip(" .:")[:200]
 
 
 def client_left(request: web.Request, error: BaseException) -> bool:
@@ -174,6 +183,12 @@ async def read_json_body(request: web.Request, model: type[M], *, require_conten
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise ApiError("body_too_large", "request body too large") from None
+    return validate_json(raw, model)
+
+
+def validate_json(raw: bytes, model: type[M]) -> M:
+    """A body already read, parsed by the one JSON parser and validated against ``model``: any parse failure is
+    400 ``invalid_json``, a validation error ``invalid_body`` (whose message names fields, never echoes input)."""
     data = parse_json(raw)
     try:
         return model.model_validate(data)

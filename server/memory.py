@@ -26,7 +26,7 @@ from pipelines.memory.vectors import MilvusVectors
 from pipelines.serving.chat import ChatInput
 from server.config import Settings
 from server.engines import ENGINES
-from server.errors import ApiError
+from server.errors import ApiError, validate_json
 from server.events_api import TIMELINE
 from server.sessions import Analyzers
 from server.state import SETTINGS
@@ -282,10 +282,7 @@ async def add_document(request: web.Request) -> web.Response:
         raise ApiError("document_too_large",
                        f"the document is {len(raw)} bytes; the limit is {limits.max_document_bytes}")
     if request.content_type == "application/json":
-        try:
-            body = DocumentBody.model_validate_json(raw)
-        except ValueError as error:
-            raise ApiError("invalid_document", str(error)[:1000]) from None
+        body = validate_json(raw, DocumentBody)  # the one JSON parser: invalid_json 400, invalid_body 422
     elif request.content_type in ("text/plain", "text/markdown"):
         try:
             text = raw.decode("utf-8")
@@ -388,7 +385,7 @@ def memory_routes() -> tuple[Any, ...]:
               errors=errors),
         Route("POST", "/api/collections/{collection}/documents", add_document,
               "Add a document (JSON {name, text, format}, or a text/plain or text/markdown body) to a collection",
-              DocumentBody, DocumentInfo, status=201, errors=(*errors, 415)),
+              DocumentBody, DocumentInfo, status=201, errors=(*errors, 415, 422)),
         Route("GET", "/api/collections/{collection}/documents", list_documents, "A collection's documents",
               response=DocumentList, errors=(400, 401, 503)),
         Route("GET", "/api/collections/{collection}/documents/{document_id}", get_document,

@@ -19,6 +19,7 @@ from aiohttp import web
 from server.app import create_app
 from server.config import Settings, load_settings
 from server.engines import ModelPool
+from server.http_server import start_serving
 from server.sessions import Analyzers
 from server.state import SESSIONS, SOURCES
 from tests.support.media import make_clip
@@ -95,10 +96,7 @@ async def vigil(clip_dir: Path, tmp_path: Path, model_pool: ModelPool) -> AsyncI
                 base.setdefault(section, {}).update(values)
         settings = load_settings(None, base)
         app = create_app(settings, analyzers, models=model_pool)
-        runner = web.AppRunner(app, shutdown_timeout=2.0)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
+        runner = await start_serving(app, "127.0.0.1", 0, shutdown_timeout=2.0)  # as `vigil serve` serves
         runners.append(runner)
         port = runner.addresses[0][1]
         return RunningServer(f"http://127.0.0.1:{port}", app, settings, runner)

@@ -7,13 +7,17 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
+from tests.integration.test_memory import _memory
+
 MALFORMED = [
     b"{nope",  # syntax
     b'{"sdp": "\xff"}',  # invalid UTF-8
     b'{"sdp": "\\ud800", "type": "offer"}',  # a lone surrogate, escaped
     b"[" * 50_000 + b"]" * 50_000,  # deeper than the parser recurses
 ]
-ROUTES = ["/offer", "/api/sources", "/api/sessions/nope/config", "/v1/chat/completions", "/v1/audio/speech"]
+DOCUMENTS = "/api/collections/manuals/documents"  # memory is on for this route only (it loads the embedder)
+ROUTES = ["/offer", "/api/sources", "/api/sessions/nope/config", "/v1/chat/completions", "/v1/audio/speech",
+          DOCUMENTS]
 
 
 async def _post(url: str, body: bytes) -> tuple[int, dict]:
@@ -24,8 +28,8 @@ async def _post(url: str, body: bytes) -> tuple[int, dict]:
 
 
 @pytest.mark.parametrize("route", ROUTES)
-async def test_every_malformed_json_body_is_a_400(vigil, route):
-    server = await vigil()
+async def test_every_malformed_json_body_is_a_400(vigil, tmp_path, route):
+    server = await vigil(**({"memory": _memory(tmp_path)} if route == DOCUMENTS else {}))
     for body in MALFORMED:
         status, answer = await _post(server.url + route, body)
         if route == "/api/sessions/nope/config":
@@ -42,6 +46,10 @@ async def test_every_malformed_json_body_is_a_400(vigil, route):
     assert status == 400
     status, answer = await _post(server.url + "/offer", b"[]")  # ... Vigil's 422
     assert status == 422 and answer["error"]["code"] == "invalid_body"
+    if route == DOCUMENTS:  # a document's validation error names the field, and never echoes the document
+        status, answer = await _post(server.url + route, b'{"name": "n", "text": "secret words", "extra": 1}')
+        assert status == 422 and answer["error"]["code"] == "invalid_body", answer
+        assert answer["error"]["details"][0]["param"] == "extra" and "secret words" not in str(answer)
     async with aiohttp.ClientSession() as http, http.get(server.url + "/healthz") as response:
         assert response.status == 200
 

@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from server.client import VigilClient
+from tests.integration.test_memory import _memory
 
 SCALE = float(os.environ.get("VIGIL_FUZZ_SCALE", "1"))
 EXAMPLES_RUN: Counter[str] = Counter()  # inputs per target, printed at the end (pytest -s)
@@ -308,6 +309,8 @@ JSON_ROUTES = {
                              "max_tokens": 5, "stream": False, "temperature": 0.5},
     "/v1/audio/speech": {"model": "no-such-model", "input": "hi", "voice": "alloy", "response_format": "wav"},
     "/v1/audio/transcriptions": {"model": "whisper-1"},
+    "/api/collections/{collection}/documents": {"name": "manual", "text": "The pump is in room 4.",
+                                                "format": "markdown"},
 }
 
 
@@ -346,9 +349,9 @@ def http_bodies(draw: st.DrawFn) -> tuple[str, str, bytes]:
 @pytest.fixture
 async def rest_target(vigil, tmp_path: Path) -> AsyncIterator[tuple[Any, dict[str, str], aiohttp.ClientSession]]:
     server = await vigil(webrtc={"offer_rate_limit": None}, api={"rate_limit": None},
-                         transcription={"data_dir": str(tmp_path / "jobs")})
+                         transcription={"data_dir": str(tmp_path / "jobs")}, memory=_memory(tmp_path))
     client = VigilClient(server.url)
-    ids = {"session": await client.connect()}
+    ids = {"session": await client.connect(), "collection": "fuzz"}
     async with _http() as http:
         async with http.post(f"{server.url}/api/sources", json={"path": "long.mp4", "loop": True}) as response:
             ids["source"] = (await response.json())["id"]
@@ -357,6 +360,9 @@ async def rest_target(vigil, tmp_path: Path) -> AsyncIterator[tuple[Any, dict[st
         speech = {**JSON_ROUTES["/v1/audio/speech"], "model": "tts-1"}
         async with http.post(f"{server.url}/v1/audio/speech", json=speech) as response:
             assert response.status == 200  # ... and the speech model (onnxruntime keeps files open)
+        document = JSON_ROUTES["/api/collections/{collection}/documents"]
+        async with http.post(f"{server.url}/api/collections/fuzz/documents", json=document) as response:
+            assert response.status == 201  # ... and the memory index's files
         yield server, ids, http
         async with http.delete(f"{server.url}/api/sources/{ids['source']}"):
             pass
@@ -375,6 +381,7 @@ async def _stop_created_source(http: aiohttp.ClientSession, url: str, path: str,
 @example(request=("/v1/chat/completions", "application/json", b'{"model":"m","messages":[],"stream":"yes"}'))
 @example(request=("/api/sources", "application/json", b'{"url":"  rtsp://127.0.0.1:9/cam"}'))
 @example(request=("/offer", "application/json", b"[" * 3000 + b"]" * 3000))
+@example(request=("/api/collections/{collection}/documents", "application/json", b"[" * 3000 + b"]" * 3000))
 async def test_fuzz_rest_and_v1_bodies_get_documented_4xx_errors(rest_target, no_leaks: None,
                                                                  request: tuple[str, str, bytes]) -> None:
     server, ids, http = rest_target

@@ -6,12 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
+import signal
+import sys
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from server.client import VigilClient
+from server.http_server import start_serving
+from tests.support.rtsp import free_port
 
 # Each of these once ended the session (an exception escaped the data-channel callback) or the subscriber.
 DEEP_ARRAY = "[" * 2000 + "]" * 2000
@@ -187,41 +193,64 @@ async def test_json_nested_too_deeply_in_session_config_is_a_400(vigil):
 
 async def test_a_malformed_multipart_part_header_is_a_400(vigil):
     server = await vigil()
-    form = (b'--B\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nBad Header\r\n\r\nxx\r\n'
-            b"--B--\r\n")
+    form = (b'--B\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nBad Header '
+            + SECRET.encode() + b"\r\n\r\nxx\r\n--B--\r\n")
     answer = await _raw_http(server.url, b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\n"
                              b"Content-Type: multipart/form-data; boundary=B\r\nConnection: close\r\n"
                              b"Content-Length: %d\r\n\r\n" % len(form) + form)
     head, _, payload = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400"), answer
-    assert "malformed multipart" in json.loads(payload)["error"]["message"]
+    message = json.loads(payload)["error"]["message"]
+    assert message == "malformed multipart/form-data body: Invalid HTTP header", message  # not the raw bytes
 
 
-@pytest.mark.parametrize("path", ["/offer", "/api/sources", "/v1/chat/completions", "/v1/audio/speech"])
-async def test_a_client_leaving_mid_body_is_neither_a_500_nor_an_unhandled_error(vigil, caplog, path: str):
+PARTIAL_UPLOAD = (b'--B\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n'
+                  b'--B\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+                  b"Content-Type: audio/wav\r\n\r\nRIFF" + b"\x00" * 2000)  # ... and the rest never comes
+LEAVING_MID_BODY = {path: ("application/json", b'{"sdp": ')
+                    for path in ["/offer", "/api/sources", "/v1/chat/completions", "/v1/audio/speech"]}
+for upload_path in ["/v1/audio/transcriptions", "/v1/audio/transcriptions/jobs"]:
+    LEAVING_MID_BODY[upload_path] = ("multipart/form-data; boundary=B", PARTIAL_UPLOAD)
+
+
+@pytest.mark.parametrize("path", sorted(LEAVING_MID_BODY))
+async def test_a_client_leaving_mid_body_is_neither_a_500_nor_an_unhandled_error(vigil, caplog, tmp_path,
+                                                                                path: str):
     caplog.set_level(logging.INFO)
-    server = await vigil()
+    jobs = tmp_path / "jobs"
+    server = await vigil(transcription={"data_dir": str(jobs)})
     before = _errors_500(await _exposition(server.url))
-    await _raw_http(server.url, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                "Content-Length: 1000\r\n\r\n{\"sdp\": ".encode(), answer=False)
+    content_type, partial = LEAVING_MID_BODY[path]
+    await _raw_http(server.url, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+                                f"Content-Length: {len(partial) + 100_000}\r\n\r\n".encode() + partial,
+                    answer=False)
     async with asyncio.timeout(10):
         while "client left" not in caplog.text:  # noqa: ASYNC110 (the handler runs in this same loop)
             await asyncio.sleep(0.05)
     exposition = await _exposition(server.url)
     assert _errors_500(exposition) == before
     assert 'code="client_closed_request"' in exposition
-    assert "unhandled error" not in caplog.text
+    assert "unhandled error" not in caplog.text and "Traceback" not in caplog.text
+    assert not list(jobs.rglob("*.part"))  # a job's half upload is not left on disk
 
 
-@pytest.mark.parametrize("field, value", [("max_tokens", "10"), ("stream", "yes"), ("stream", 1),
-                                          ("temperature", "0.5"), ("n", 1.5), ("seed", True),
-                                          ("logprobs", "true"), ("stream_options", {"include_usage": "yes"})])
-async def test_loose_types_on_chat_completions_are_a_400_like_openai(vigil, field: str, value: object):
+CHAT = ("/v1/chat/completions", {"model": "any", "messages": [{"role": "user", "content": "hi"}]})
+SPEECH = ("/v1/audio/speech", {"model": "tts-1", "input": "hi", "voice": "alloy"})
+
+
+@pytest.mark.parametrize("route, field, value", [
+    (CHAT, "max_tokens", "10"), (CHAT, "stream", "yes"), (CHAT, "stream", 1), (CHAT, "temperature", "0.5"),
+    (CHAT, "n", 1.5), (CHAT, "seed", True), (CHAT, "logprobs", "true"),
+    (CHAT, "stream_options", {"include_usage": "yes"}),
+    (SPEECH, "speed", "1.5"), (SPEECH, "speed", True), (SPEECH, "speed", "2"),
+], ids=lambda v: v[0].rsplit("/", 1)[1] if isinstance(v, tuple) else str(v))
+async def test_loose_types_on_the_openai_routes_are_a_400_like_openai(vigil, route, field: str, value: object):
     server = await vigil()
-    body = {"model": "any", "messages": [{"role": "user", "content": "hi"}], field: value}
+    path, base = route
+    body = {**base, field: value}
     if field == "stream_options":
         body["stream"] = True
-    async with aiohttp.ClientSession() as http, http.post(f"{server.url}/v1/chat/completions", json=body) as r:
+    async with aiohttp.ClientSession() as http, http.post(server.url + path, json=body) as r:
         answer = await r.json()
     assert r.status == 400, answer
     assert answer["error"]["type"] == "invalid_request_error" and field in answer["error"]["param"]
@@ -233,3 +262,116 @@ async def test_a_rejected_data_channel_section_is_not_connectable(vigil):
     lines = [re.sub(r"^m=application \d+", "m=application 0", line) for line in sdp.splitlines()]
     status, body, _ = await _post_offer(server.url, "".join(line + "\r\n" for line in lines))
     assert status == 400 and body["error"]["code"] == "not_connectable" and "a port" in body["error"]["message"]
+
+
+# ---------------------------------------------------------------- the HTTP layer: access log and framing
+
+SECRET = "s3cret-do-not-log-0f9e"  # a test token: must appear in no log line nor answer
+
+
+def _access_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Each access-log record as it would be written: the message and every structured field it carries."""
+    return [record.getMessage() + " " + repr(vars(record)) for record in caplog.records
+            if record.name == "aiohttp.access"]
+
+
+async def test_the_token_in_a_query_never_reaches_the_access_log(vigil, caplog):
+    caplog.set_level(logging.INFO, logger="aiohttp.access")  # `vigil serve` logs at INFO
+    server = await vigil(auth={"token": SECRET})
+    requests = [  # the dashboard's way (?token=, browsers cannot set headers there), spelled several ways
+        (f"/api/sources?token={SECRET}", {}),
+        (f"/api/sources?limit=5&%74oken={SECRET}", {}),  # aiohttp decodes the key: still the token
+        ("/api/sources?api_key=" + SECRET, {"Authorization": f"Bearer {SECRET}", "Referer":
+                                            f"http://127.0.0.1/?token={SECRET}#live"}),
+    ]
+    async with aiohttp.ClientSession() as http:
+        for path, headers in requests:
+            async with http.get(server.url + path, headers=headers) as response:
+                assert response.status == 200, await response.text()
+    async with asyncio.timeout(10):
+        while len(_access_lines(caplog)) < len(requests):  # noqa: ASYNC110 (logged after the response is sent)
+            await asyncio.sleep(0.05)
+    lines = _access_lines(caplog)
+    assert not [line for line in lines if SECRET in line], lines
+    assert sum("GET /api/sources?token=***" in line for line in lines) == 1, lines  # logged, with its path
+    assert any("?limit=5&" in line and "oken=***" in line for line in lines), lines
+    assert any('"http://127.0.0.1/?token=***' in line for line in lines), lines  # the Referer
+
+
+MALFORMED_FRAMING = {
+    "content_length": b"GET /api/sources HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    "method": b"G@T / HTTP/1.1\r\nHost: x\r\n\r\n",
+    "garbage": b"garbage\r\n\r\n",
+    "header_value": b"GET / HTTP/1.1\r\nAuthorization: Bearer " + SECRET.encode() + b"\x01\r\n\r\n",
+    "line_too_long": b"GET / HTTP/1.1\r\nX-Long: " + b"a" * 10_000 + b"\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("framing", sorted(MALFORMED_FRAMING))
+async def test_malformed_http_framing_is_a_json_400(vigil, caplog, framing: str):
+    caplog.set_level(logging.INFO)
+    server = await vigil()
+    answer = await _raw_http(server.url, MALFORMED_FRAMING[framing])  # reads to EOF: the server closed
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0].endswith(b" 400 Bad Request"), answer
+    assert b"Content-Type: application/json" in head, head
+    body = json.loads(payload)
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    assert body["error"]["code"] == "bad_request" and body["error"]["message"].startswith("malformed HTTP"), body
+    # the parser quotes the raw bytes (a token in a header, too): neither the client nor the log sees them
+    assert SECRET.encode() not in answer and SECRET not in caplog.text
+    assert "Traceback" not in caplog.text and "malformed HTTP request" in caplog.text
+    async with aiohttp.ClientSession() as http, http.get(server.url + "/healthz") as response:
+        assert response.status == 200
+
+
+async def test_vigil_serve_logs_requests_without_the_token_and_stops_gracefully_on_sigterm(tmp_path):
+    """The production path end to end (``vigil serve`` at INFO, then SIGTERM), not only the shared helper."""
+    port = free_port()
+    env = {**os.environ, "VIGIL_AUTH__TOKEN": SECRET, "VIGIL_VOICE__ENABLED": "false",
+           "VIGIL_MODELS__DETECTOR__BACKEND": "none", "VIGIL_MEMORY__ENABLED": "false",
+           "VIGIL_STORAGE__DATA_DIR": str(tmp_path / "data")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1", "--port", str(port), env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        async with asyncio.timeout(120):
+            while b"Running on" not in await process.stdout.readline():
+                assert process.returncode is None
+        async with aiohttp.ClientSession() as http, http.get(
+                f"http://127.0.0.1:{port}/api/sources?token={SECRET}") as response:
+            assert response.status == 200
+        answer = await _raw_http(f"http://127.0.0.1:{port}", MALFORMED_FRAMING["header_value"])
+        assert b'"code": "bad_request"' in answer
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(60):
+            output = (await process.stdout.read()).decode()
+            assert await process.wait() == 0, output
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert "GET /api/sources?token=*** HTTP/1.1" in output, output
+    assert SECRET not in output
+
+
+async def test_an_error_past_every_middleware_is_a_json_500_without_a_traceback():
+    """Vigil's apps catch everything in ``json_errors``; the protocol layer's own 500 is the last line behind it
+    (an app without that middleware, served by the same helper)."""
+
+    async def broken(request: web.Request) -> web.Response:
+        raise RuntimeError("internal detail " + SECRET)
+
+    app = web.Application()
+    app.router.add_get("/broken", broken)
+    runner = await start_serving(app, "127.0.0.1", 0, shutdown_timeout=2.0)
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        async with aiohttp.ClientSession() as http, http.get(url + "/broken",
+                                                             headers={"Accept": "text/html"}) as response:
+            body = await response.text()
+        assert response.status == 500 and response.content_type == "application/json", body
+        assert json.loads(body) == {"error": {"code": "internal",
+                                              "message": "internal server error; see the server log"}}
+    finally:
+        await runner.cleanup()
