@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import aiohttp
 import openai
-from aiohttp import web
 
 from models.llm import ChatMessage, LanguageModel, LlmRequest
 from server.app import create_app
 from server.config import load_settings
+from server.http_server import start_serving
 from server.openai_api import CHAT_API
 
 MODEL = "smollm2-135m-instruct"
@@ -151,9 +151,7 @@ async def main(args: argparse.Namespace) -> None:
                 "cache": {"semantic": not args.no_semantic_cache},
                 "content_filter": {"enabled": not args.no_filter}},
     })
-    runner = web.AppRunner(create_app(settings))
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    runner = await start_serving(create_app(settings), "127.0.0.1", 0, shutdown_timeout=5.0)
     url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
     api = runner.app[CHAT_API]
     pipeline = await api.pipeline()

@@ -51,6 +51,7 @@ from pipelines.session import DetectionResult, SampledFrame
 from server.app import create_app
 from server.client import VigilClient
 from server.config import load_settings
+from server.http_server import start_serving
 from server.ice import restrict_host_addresses
 from server.sessions import Analyzers
 
@@ -264,7 +265,7 @@ class VigilServer:
             "video": {"target_fps": min(120.0, opts.fps * 2)},  # above the send rate: nothing sampled away
         })
         self.app = create_app(settings, Analyzers(video=lambda: FrameCodeAnalyzer(self._undecodable)))
-        self.runner = web.AppRunner(self.app, shutdown_timeout=2.0)
+        self.runner: web.AppRunner | None = None
         self.url = ""
 
     def _undecodable(self) -> None:
@@ -272,12 +273,12 @@ class VigilServer:
             self.current.undecodable += 1
 
     async def start(self) -> None:
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        self.runner = await start_serving(self.app, "127.0.0.1", 0, shutdown_timeout=2.0)
         self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
 
     async def stop(self) -> None:
-        await self.runner.cleanup()
+        if self.runner is not None:
+            await self.runner.cleanup()
 
 
 async def vigil_leg(server: VigilServer, opts: Options, per_leg: float) -> Leg:
