@@ -37,14 +37,21 @@ class MiniLmEmbedder:
     """all-MiniLM-L6-v2 on sentence-transformers (PyTorch, CPU by default)."""
 
     def __init__(self, model_dir: str | Path | None = None, device: str = "cpu") -> None:
+        import torch
         from sentence_transformers import SentenceTransformer  # deferred: imports torch (seconds)
+
+        if device == "cpu":
+            # One intra-op thread, as the YOLO detector already leaves torch (ultralytics sets OMP_NUM_THREADS=1).
+            # MiniLM on a short text takes ~15 ms on one thread; on two, its OpenMP threads spin-wait whenever the
+            # media and voice threads hold a core: 300-700 ms of CPU per text, measured on 2 cores with one busy.
+            torch.set_num_threads(1)
 
         path = Path(model_dir) if model_dir else minilm_dir()
         self.name = "all-MiniLM-L6-v2" if model_dir is None else path.name
         self._model = SentenceTransformer(str(path), device=device, local_files_only=True)
         dimension = getattr(self._model, "get_embedding_dimension", self._model.get_sentence_embedding_dimension)()
         self.dimension = int(dimension)
-        # One encode at a time: the model is shared by every request, and torch already uses all cores.
+        # One encode at a time: the model is shared by every request.
         self._lock = threading.Lock()
 
     def embed(self, texts: list[str]) -> np.ndarray:
