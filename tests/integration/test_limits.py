@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -83,6 +84,42 @@ async def test_parallel_sources_never_exceed_max_sources(vigil):
                     assert response.status == 204
         assert sorted(status for status, _ in await asyncio.gather(*(post(http) for _ in range(4)))) == [
             201, 201, 201, 429]
+
+
+async def test_parallel_result_subscribers_never_exceed_max_subscribers(vigil):
+    server = await vigil(sources={"max_subscribers": 3})
+
+    async with aiohttp.ClientSession() as http:
+        status, created = await post_json(http, f"{server.url}/api/sources", json={"path": "long.mp4", "loop": True})
+        assert status == 201, created
+        url = f"{server.url}/api/sources/{created['id']}/results"
+        source = server.sources.get(created["id"])
+
+        async def subscribe() -> aiohttp.ClientWebSocketResponse | int:
+            try:
+                return await http.ws_connect(url)
+            except aiohttp.WSServerHandshakeError as refused:
+                return refused.status
+
+        results = await asyncio.gather(*(subscribe() for _ in range(10)))
+        sockets = [r for r in results if isinstance(r, aiohttp.ClientWebSocketResponse)]
+        assert len(sockets) == 3 and sorted(r for r in results if isinstance(r, int)) == [429] * 7, results
+        assert len(source.subscribers) == 3
+        for ws in sockets:
+            assert (await ws.receive_json(timeout=30))["type"] == "hello"
+        async with http.get(url) as response:  # refused before the upgrade, in the documented shape
+            assert response.status == 429
+            error = (await response.json())["error"]
+            assert error["code"] == "too_many_subscribers" and "sources.max_subscribers" in error["message"]
+        await sockets.pop().close()
+        deadline = time.monotonic() + 30
+        while len(source.subscribers) > 2:  # the server notices the close
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        again = await subscribe()  # the slot is free again
+        assert isinstance(again, aiohttp.ClientWebSocketResponse)
+        for ws in [*sockets, again]:
+            await ws.close()
 
 
 async def test_parallel_v1_requests_never_exceed_the_rate_limit(vigil):
