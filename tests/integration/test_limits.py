@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable
@@ -49,6 +52,46 @@ async def test_twenty_parallel_offers_with_a_limit_of_four_open_exactly_four(vig
     again = [VigilClient(server.url) for _ in range(4)]  # the slots are free again
     await asyncio.gather(*(c.connect(timeout=60) for c in again))
     await asyncio.gather(*(c.close() for c in again))
+
+
+def _open_sockets() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    return count
+
+
+async def test_an_offer_cancelled_while_being_answered_frees_its_slot_and_peer_connection(vigil):
+    # A STUN server that never answers keeps ICE gathering (inside setLocalDescription) waiting, so the
+    # cancellation lands mid-answer, deterministically.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as black_hole:
+        black_hole.bind(("127.0.0.1", 0))
+        stun = f"stun:127.0.0.1:{black_hole.getsockname()[1]}"
+        server = await vigil(webrtc={"ice_servers": [{"urls": [stun]}], "offer_rate_limit": None})
+        client = VigilClient(server.url)
+        client.pc.addTransceiver("video")
+        await client.pc.setLocalDescription(await client.pc.createOffer())
+        offer = client.pc.localDescription.sdp
+        await client.pc.close()
+        await asyncio.sleep(0.2)
+        before = _open_sockets()
+        answering = asyncio.create_task(server.sessions.open(offer, server.settings.session_defaults()))
+        deadline = time.monotonic() + 30
+        while _open_sockets() <= before:  # the answer's ICE gathering has opened its sockets
+            assert time.monotonic() < deadline and not answering.done(), answering
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)
+        assert not answering.done()  # still gathering: waiting for the STUN server
+        assert server.sessions.occupied == 1
+        answering.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await answering
+        assert server.sessions.occupied == 0 and len(server.sessions) == 0
+        deadline = time.monotonic() + 10
+        while _open_sockets() > before:  # the peer connection was closed: its sockets with it
+            assert time.monotonic() < deadline, f"{_open_sockets() - before} sockets left open"
+            await asyncio.sleep(0.05)
 
 
 async def test_parallel_offers_are_rate_limited_per_client_with_retry_after(vigil):
