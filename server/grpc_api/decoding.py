@@ -11,6 +11,7 @@ not catch it ends with that code), and the streaming methods catch it like their
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -58,8 +59,9 @@ def _decoding(handler: grpc.RpcMethodHandler, method: str) -> Callable[..., Any]
 
     if handler.response_streaming:
         async def streaming(raw: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            async for response in behavior(await request_of(raw, context), context):
-                yield response
+            async with contextlib.aclosing(behavior(await request_of(raw, context), context)) as responses:
+                async for response in responses:  # closed with this one (see metrics._streaming)
+                    yield response
         return streaming
 
     async def unary(raw: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -29,7 +29,7 @@ from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
 from server.grpc_api.service import GRPC_SERVER
 from server.openai_api import CHAT_API
-from tests.integration.test_fuzz import EXAMPLES_RUN, _bounded, no_leaks  # noqa: F401  (a fixture)
+from tests.integration.test_fuzz import EXAMPLES_RUN, _bounded, _live_tasks, _open_fds
 from tests.support.scripted_llm import ScriptedLlmForTest
 
 CHAT_MODEL = "smollm2-135m-instruct"
@@ -40,6 +40,31 @@ MAX_AUDIO_S = 3.0  # bounds what Whisper decodes per example
 # What docs/grpc.md promises for a bad or refused call; UNKNOWN and INTERNAL would mean the server failed.
 DOCUMENTED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED,
               grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION}
+
+
+# grpc.aio's server keeps idle tasks waiting for the next call of each method; their number varies with the calls
+# in flight a moment ago, so they are not counted as leaks (a call's own tasks are).
+GRPC_IDLE = frozenset({"AioServer._request_registered_call", "AioServer._request_call"})
+
+
+def _call_tasks() -> set[asyncio.Task[Any]]:
+    return {task for task in _live_tasks() if getattr(task.get_coro(), "__qualname__", "") not in GRPC_IDLE}
+
+
+@pytest.fixture
+async def no_leaks() -> AsyncIterator[None]:
+    """Like ``test_fuzz.no_leaks`` (requested after the harness), but for grpc.aio's idle call waiters."""
+    await asyncio.sleep(0.5)
+    tasks, fds = _call_tasks(), _open_fds()
+    yield
+    deadline = asyncio.get_running_loop().time() + 20
+    while len(_call_tasks()) > len(tasks) or len(_open_fds()) > len(fds):
+        if asyncio.get_running_loop().time() > deadline:
+            new = sorted(f"{t.get_name()}: {getattr(t.get_coro(), '__qualname__', t.get_coro())}"
+                         for t in _call_tasks() - tasks)
+            new_fds = sorted(set(_open_fds().values()) - set(fds.values()))
+            raise AssertionError(f"leaked tasks {new[:10]}, fds {new_fds[:10]}")
+        await asyncio.sleep(0.2)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -69,6 +94,8 @@ async def harness(vigil) -> AsyncIterator[Harness]:
         yield harness
         await asyncio.sleep(0.5)
         assert _server_faults() == harness.faults  # none late either
+        service = server.app[GRPC_SERVER].service
+        assert service._conversation_slots == 0 and not service.conversations  # every conversation freed
 
 
 def _client_write_race(error: grpc.aio.AioRpcError) -> bool:
@@ -149,7 +176,7 @@ RAW = st.binary(max_size=300) | st.sampled_from([b"\xff\xff\xff", b"\x0a\xff\xff
 @example(method="StreamInput", raws=[b"\xff\xff\xff"])
 @example(method="Converse", raws=[b"\xff\xff\xff"])
 @example(method="Converse", raws=[b"", b"\x0a\xff\xff\xff\xff\x0f"])  # fails on the second message
-async def test_fuzz_undecodable_messages_get_invalid_argument(harness: Harness, no_leaks: None,  # noqa: F811
+async def test_fuzz_undecodable_messages_get_invalid_argument(harness: Harness, no_leaks: None,
                                                               method: str, raws: list[bytes]) -> None:
     assume(not any(_starts_a_turn(raw) for raw in raws) or method != "Converse")
     EXAMPLES_RUN[f"gRPC raw bytes: {method}"] += 1
@@ -210,7 +237,7 @@ def predict_requests(draw: st.DrawFn) -> pb.PredictRequest:
 @example(request=pb.PredictRequest(prompt="hi", max_tokens=2**31 - 1, temperature=math.nan), streaming=True)
 @example(request=pb.PredictRequest(prompt="x" * 100_000), streaming=False)  # over grpc.max_message_bytes
 async def test_fuzz_predict_with_hostile_values_gets_documented_statuses(
-        harness: Harness, no_leaks: None, request: pb.PredictRequest, streaming: bool) -> None:  # noqa: F811
+        harness: Harness, no_leaks: None, request: pb.PredictRequest, streaming: bool) -> None:
     EXAMPLES_RUN["gRPC hostile PredictRequest"] += 1
     method = "StreamPredict" if streaming else "Predict"
     await _check(harness, method, getattr(harness.stub, method)(request, timeout=30), None, request)
@@ -239,7 +266,7 @@ def audio_chunks(draw: st.DrawFn) -> pb.AudioChunk:
 @example(chunks=[pb.AudioChunk(data=b"\x00" * 7, sample_rate=16000, channels=2)])
 @example(chunks=[pb.AudioChunk(data=b"junk", encoding="auto")])
 async def test_fuzz_stream_input_with_hostile_values_gets_documented_statuses(
-        harness: Harness, no_leaks: None, chunks: list[pb.AudioChunk]) -> None:  # noqa: F811
+        harness: Harness, no_leaks: None, chunks: list[pb.AudioChunk]) -> None:
     EXAMPLES_RUN["gRPC hostile StreamInput"] += 1
 
     await _check(harness, "StreamInput", harness.stub.StreamInput(timeout=60), chunks)
@@ -270,9 +297,13 @@ def conversation_inputs(draw: st.DrawFn) -> list[pb.ConversationInput]:
 @_bounded(60)
 @given(inputs=conversation_inputs())
 @example(inputs=[pb.ConversationInput(config=pb.ConversationConfig(output_sample_rate=-1))])
+# Found here: a first message over grpc.max_message_bytes: the conversation still started on the refused call and
+# its response stream was closed under it later: counted UNKNOWN, its clean-up left to the garbage collector.
+@example(inputs=[pb.ConversationInput(config=pb.ConversationConfig(system_prompt="x" * 70_000)),
+                 pb.ConversationInput(audio=pb.AudioChunk(sample_rate=-1, channels=-1))])
 @example(inputs=[pb.ConversationInput(audio=pb.AudioChunk(data=b"\x00" * 3, sample_rate=16000))])
 async def test_fuzz_converse_with_hostile_values_gets_documented_statuses(
-        harness: Harness, no_leaks: None, inputs: list[pb.ConversationInput]) -> None:  # noqa: F811
+        harness: Harness, no_leaks: None, inputs: list[pb.ConversationInput]) -> None:
     EXAMPLES_RUN["gRPC hostile Converse"] += 1
 
     await _check(harness, "Converse", harness.stub.Converse(timeout=60), inputs)
