@@ -18,5 +18,6 @@ compile=("$TOOLS/bin/uv" pip compile --generate-hashes --python-version 3.11 --p
 # Packages installed --no-deps (they declare dependencies we must not install: see scripts/setup.sh).
 "${compile[@]}" --no-deps requirements-nodeps.in -o requirements-nodeps.lock
 "$PYTHON" scripts/lockfile.py stamp requirements.lock
+"$PYTHON" scripts/lockfile.py stamp requirements-nodeps.lock
 "$PYTHON" scripts/lockfile.py check
 echo "lock: requirements.lock and requirements-nodeps.lock refreshed"

@@ -226,15 +226,23 @@ async def source_results(request: web.Request) -> web.WebSocketResponse:
     """The source's messages as WebSocket text frames; client messages (config, ping) are accepted too."""
     source = _source_or_404(request)
     settings = request.app[SETTINGS]
-    # The frame limit is above the message limit, so an oversized message is answered with an `error` message
-    # (handle_client_message) instead of aiohttp closing the socket with 1009; only far larger frames close it.
-    ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=4 * settings.webrtc.max_message_bytes)
-    await ws.prepare(request)
+    limit = settings.sources.max_subscribers
+    if len(source.subscribers) >= limit:
+        raise ApiError("too_many_subscribers", f"this source already has {limit} subscribers "
+                       "(sources.max_subscribers)", kind="too_many_requests")  # 429, before the upgrade
     subscriber = Subscriber(settings.sessions.outbound_queue_messages)
     subscriber.offer(serialize(source.pipeline.hello_message()))
     if source.last_state is not None:
         subscriber.offer(serialize(source.last_state))
-    source.subscribers.add(subscriber)
+    source.subscribers.add(subscriber)  # before the first await: parallel upgrades cannot overshoot the limit
+    # The frame limit is above the message limit, so an oversized message is answered with an `error` message
+    # (handle_client_message) instead of aiohttp closing the socket with 1009; only far larger frames close it.
+    ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=4 * settings.webrtc.max_message_bytes)
+    try:
+        await ws.prepare(request)
+    except BaseException:
+        source.subscribers.discard(subscriber)
+        raise
     request.app[WEBSOCKETS].add(ws)
 
     async def forward() -> None:
@@ -312,7 +320,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/sources/{source_id}/config", set_source_config, "Change the source's config at run time",
           SessionConfigPatch, SessionConfig, errors=(401, 404, 413, 415, 422)),
     Route("GET", "/api/sources/{source_id}/results", source_results,
-          "WebSocket: the source's protocol messages (upgrade required)", status=101, errors=(401, 404)),
+          "WebSocket: the source's protocol messages (upgrade required)", status=101, errors=(401, 404, 429)),
     Route("GET", "/healthz", healthz, "Liveness probe (no token); with the token also version, sessions, sources",
           response=Health),
     Route("GET", "/livez", livez, "Liveness probe (no token; reveals nothing)", response=Liveness),

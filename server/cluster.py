@@ -62,6 +62,28 @@ _RENEW = """if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pex
 return 0"""
 _RELEASE = """if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0"""
+# Place a source atomically: count the specs per node (the lease holder's, or the node it was placed on while
+# unleased) and in total, then HSET the spec for the first candidate (in load order) with room. Counting and
+# writing in one script is what makes the limit hold under parallel POSTs (a check in Python followed by an
+# awaited HSET lets every one of them through). The lease keys are read by name: fine on a single Redis.
+# KEYS[1]: the sources hash. ARGV: capacity, per-node limit, lease key prefix, source id, then pairs of
+# (candidate node id, the spec JSON placed on it). Returns the node chosen, or false when there is no room.
+_PLACE = """local specs = redis.call('hgetall', KEYS[1])
+local capacity, per_node = tonumber(ARGV[1]), tonumber(ARGV[2])
+if #specs / 2 >= capacity then return false end
+local held = {}
+for i = 1, #specs, 2 do
+  local owner = redis.call('get', ARGV[3] .. specs[i])
+  if not owner then owner = cjson.decode(specs[i + 1]).node end
+  if owner then held[owner] = (held[owner] or 0) + 1 end
+end
+for j = 5, #ARGV, 2 do
+  if (held[ARGV[j]] or 0) < per_node then
+    redis.call('hset', KEYS[1], ARGV[4], ARGV[j + 1])
+    return ARGV[j]
+  end
+end
+return false"""
 
 
 class ClusterUnavailable(Exception):
@@ -349,18 +371,25 @@ class ClusterNode:
         candidates = [node for node in self._nodes.values() if not node.draining]
         if not candidates:
             raise ApiError("no_live_node", "no live, non-draining node can take a source")
-        target = min(candidates, key=lambda node: (node.score, node.id != self.node_id, node.id))
-        total = sum(len(node.sources) for node in self._nodes.values())
-        capacity = self.settings.sessions.max_sources * len(candidates)
-        if total >= capacity:
-            raise ApiError("too_many_sources", f"the cluster's source limit is reached ({capacity})")
+        candidates.sort(key=lambda node: (node.score, node.id != self.node_id, node.id))
+        limit = self.settings.sessions.max_sources
+        capacity = limit * len(candidates)
         source_id = os.urandom(6).hex()
         spec = {"id": source_id, "request": body.model_dump(mode="json"), "kind": kind, "location": shown,
-                "node": target.id, "placed_at": time.time(), "created_at": time.time()}
+                "placed_at": time.time(), "created_at": time.time()}
+        placements = [arg for node in candidates for arg in (node.id, json.dumps(spec | {"node": node.id}))]
         try:
-            await self.redis.hset(self._key("sources"), source_id, json.dumps(spec))
-            if target.id == self.node_id and await self._take(source_id, spec):
-                return self.app[SOURCES].sources[source_id].describe() | {"node": self.node_id}
+            placed = await self.redis.eval(_PLACE, 1, self._key("sources"), capacity, limit, self._key("lease", ""),
+                                           source_id, *placements)
+            if not placed:
+                raise ApiError("too_many_sources", f"the cluster's source limit is reached ({capacity})")
+            spec["node"] = placed
+            if placed == self.node_id:
+                if await self._take(source_id, spec) or source_id in self.local_specs:  # (or our pass took it)
+                    return self.app[SOURCES].sources[source_id].describe() | {"node": self.node_id}
+                if len(self.app[SOURCES]) >= limit:  # full here after all (a source not yet in Redis): refuse
+                    await self.redis.hdel(self._key("sources"), source_id)
+                    raise ApiError("too_many_sources", f"this node's source limit is reached ({limit})")
         except (aioredis.RedisError, OSError):
             self.connected = False
             self._require()

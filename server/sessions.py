@@ -254,13 +254,11 @@ class SessionRegistry:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
             answer = await pc.createAnswer()
             await pc.setLocalDescription(answer)
+        except asyncio.CancelledError:  # the offer's handler was cancelled (e.g. ICE gathering outlived it)
+            await asyncio.shield(self._discard_unopened(session))  # its sockets and tasks go with it
+            raise
         except Exception as error:  # aiortc raises ValueError, KeyError, ... on bad SDP
-            for task in session.tasks:
-                task.cancel()
-            with contextlib.suppress(Exception):  # close() itself can raise on such an offer (BUNDLE, mids)
-                await pc.close()
-            with contextlib.suppress(Exception):
-                await pipeline.close()
+            await self._discard_unopened(session)
             raise OfferRejected(400, "invalid_sdp", f"cannot use this offer: {error!r}"[:500]) from None
 
         self.sessions[session_id] = session
@@ -269,6 +267,16 @@ class SessionRegistry:
         session.tasks.append(asyncio.create_task(self._expire_unconnected(session), name=f"{session_id}:expiry"))
         log.info("session %s opened (tracks: %s)", session_id, pipeline.tracks)
         return session, pc.localDescription
+
+    @staticmethod
+    async def _discard_unopened(session: WebRTCSession) -> None:
+        """Free what an offer that was never answered holds: its tasks, peer connection and pipeline."""
+        for task in session.tasks:
+            task.cancel()
+        with contextlib.suppress(Exception):  # close() itself can raise on a bad offer (BUNDLE, mids)
+            await session.pc.close()
+        with contextlib.suppress(Exception):
+            await session.pipeline.close()
 
     async def _expire_unconnected(self, session: WebRTCSession) -> None:
         await asyncio.sleep(self.settings.webrtc.connect_timeout_s)

@@ -121,6 +121,10 @@ class TranscriptionEngine:
                 log.info("batch transcription model %s loaded", self._model.name)
             return self._model
 
+    def use_model_for_test(self, model: BatchedWhisper) -> None:
+        """Test seam: decode with this model (e.g. a HeldModelForTest around the loaded one)."""
+        self._model = model
+
     async def job_step(self, fn: Callable[..., T], *args: Any) -> T:
         """Run one blocking step of a job on the job threads."""
         return await asyncio.get_running_loop().run_in_executor(self._job_executor, fn, *args)

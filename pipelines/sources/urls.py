@@ -16,6 +16,8 @@ SOURCE_SCHEMES = ("rtsp", "rtsps")
 # scheme://user:password@ anywhere in a text (FFmpeg's messages, exception strings); the password ends at
 # the last '@' before the host, so a password holding '@' or ':' is masked whole.
 _CREDENTIALS = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)(?P<password>[^\s/]*)@")
+# scheme://token@: userinfo with no ':' is a bearer secret of its own (a camera token), masked whole.
+_TOKEN = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<token>[^\s:/@]+)@")
 
 
 class InvalidSourceUrl(ValueError):
@@ -23,27 +25,32 @@ class InvalidSourceUrl(ValueError):
 
 
 def redact_url(url: str) -> str:
-    """The URL with its password replaced by ``***`` (user and host stay, so it can still be recognised)."""
+    """The URL with its password replaced by ``***`` (user and host stay, so it can still be recognised); a
+    userinfo with no password (``rtsp://token@host``) is taken for a token and masked whole."""
     parts = urlsplit(url)
     userinfo, at, hostport = parts.netloc.rpartition("@")
-    if not at or ":" not in userinfo:
+    if not at or not userinfo:
         return url
+    if ":" not in userinfo:
+        return urlunsplit(parts._replace(netloc=f"{MASK}@{hostport}"))
     user = userinfo.split(":", 1)[0]
     return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostport}"))
 
 
 def url_secrets(url: str) -> tuple[str, ...]:
-    """The password in ``url``, as written and percent-decoded (FFmpeg may quote either)."""
+    """The password (or the token of a password-less userinfo) in ``url``, as written and percent-decoded
+    (FFmpeg may quote either)."""
     userinfo, at, _ = urlsplit(url).netloc.rpartition("@")
-    if not at or ":" not in userinfo:
+    if not at:
         return ()
-    password = userinfo.split(":", 1)[1]
-    return tuple(s for s in {password, unquote(password)} if s)
+    secret = userinfo.split(":", 1)[1] if ":" in userinfo else userinfo
+    return tuple(s for s in {secret, unquote(secret)} if s)
 
 
 def redact_text(text: str, secrets: tuple[str, ...] = ()) -> str:
     """``text`` (an error, a log message) with credentials in URLs and every known secret masked."""
     text = _CREDENTIALS.sub(lambda m: m["head"] + MASK + "@", text)
+    text = _TOKEN.sub(lambda m: m["head"] + MASK + "@", text)
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text

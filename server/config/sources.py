@@ -17,3 +17,5 @@ class SourcesSettings(Section):
     read_timeout_s: float = Field(5.0, gt=0)
     reconnect_initial_s: float = Field(0.5, gt=0)
     reconnect_max_s: float = Field(30.0, gt=0)
+    max_subscribers: int = Field(
+        32, ge=1, description="WebSocket subscribers per source (/api/sources/{id}/results); more get 429.")

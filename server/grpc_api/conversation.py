@@ -32,6 +32,7 @@ from server import __version__
 from server.config import Settings
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api.audio import BadAudio, PcmDecoder, encoding_of
+from server.grpc_api.decoding import UndecodableMessage
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ class Conversation:
             async for message in inputs:
                 await self._handle(message)
             await self._finish()
-        except (BadAudio, BadInput) as error:
+        except (BadAudio, BadInput, UndecodableMessage) as error:
             self._put(Abort(grpc.StatusCode.INVALID_ARGUMENT, str(error)))
         except TimeoutError:
             self._put(Abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"the last reply did not finish within "

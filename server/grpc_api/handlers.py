@@ -7,6 +7,8 @@ from typing import Any
 
 import grpc
 
+_KEEP: Any = object()
+
 _MAKERS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
     (False, False): grpc.unary_unary_rpc_method_handler,
     (False, True): grpc.unary_stream_rpc_method_handler,
@@ -19,9 +21,12 @@ def behavior_of(handler: grpc.RpcMethodHandler) -> Callable[..., Any]:
     return handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
 
 
-def with_behavior(handler: grpc.RpcMethodHandler, behavior: Callable[..., Any]) -> grpc.RpcMethodHandler:
+def with_behavior(handler: grpc.RpcMethodHandler, behavior: Callable[..., Any],
+                  request_deserializer: Callable[[bytes], Any] | None = _KEEP) -> grpc.RpcMethodHandler:
     """A handler of the same kind (request/response streaming) and serializers as ``handler`` running
-    ``behavior``."""
+    ``behavior``; ``request_deserializer`` replaces the handler's (None: the behaviour gets raw bytes)."""
     make = _MAKERS[(handler.request_streaming, handler.response_streaming)]
-    return make(behavior, request_deserializer=handler.request_deserializer,
+    if request_deserializer is _KEEP:
+        request_deserializer = handler.request_deserializer
+    return make(behavior, request_deserializer=request_deserializer,
                 response_serializer=handler.response_serializer)

@@ -6,6 +6,7 @@ the client or failing with a bug are all counted, by the status the client sees.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -28,7 +29,9 @@ class _CallRecord:
         IN_FLIGHT.labels(method=method).inc()
 
     def finish(self, context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
-        if isinstance(error, asyncio.CancelledError):
+        if isinstance(error, asyncio.CancelledError | GeneratorExit):
+            # GeneratorExit: grpc closed the response stream under the method: the call ended outside it (the
+            # client cancelled, or grpc's own check refused it, e.g. a message over grpc.max_message_bytes)
             code = grpc.StatusCode.CANCELLED
         elif isinstance(error, grpc.aio.AbortError):
             code = context.code() or grpc.StatusCode.UNKNOWN  # set by context.abort
@@ -61,8 +64,11 @@ def _streaming(method: str, behavior: Callable[..., Any]) -> Callable[..., Async
         try:
             responses = behavior(request, context)
             if hasattr(responses, "__aiter__"):
-                async for response in responses:
-                    yield response
+                # closing this generator (grpc does, when the call ends under it) closes the method's at once,
+                # so its own clean-up (a conversation's slot and voice loop) runs now, not whenever it is collected
+                async with contextlib.aclosing(responses):
+                    async for response in responses:
+                        yield response
             else:  # a coroutine that writes with context.write (or only aborts, like the auth rejection)
                 await responses
         except BaseException as caught:

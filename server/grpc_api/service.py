@@ -3,9 +3,10 @@
 Predict / StreamPredict run the app's chat pipeline (``server.grpc_api.predict``: the same limits, cache,
 prompt fitting and content filter as ``/v1/chat/completions``), StreamInput the Whisper model, Converse the voice
 loop. Auth: the HTTP token, as ``authorization: Bearer <token>`` metadata. Errors are statuses with a message:
-INVALID_ARGUMENT (malformed request or audio), UNAUTHENTICATED, RESOURCE_EXHAUSTED (too much audio, too many
-conversations or RPCs, oversized messages: grpc's own check), UNAVAILABLE (no LLM upstream can serve the
-request, the chat service busy), FAILED_PRECONDITION (the voice loop is disabled).
+INVALID_ARGUMENT (malformed request or audio; bytes that are not the method's message: ``decoding``),
+UNAUTHENTICATED, RESOURCE_EXHAUSTED (too much audio, too many conversations or RPCs, oversized messages: grpc's
+own check), UNAVAILABLE (no LLM upstream can serve the request, the chat service busy), FAILED_PRECONDITION (the
+voice loop is disabled).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
 from server.grpc_api.audio import BadAudio, PcmDecoder, decode_container, encoding_of
 from server.grpc_api.conversation import Abort, Conversation
+from server.grpc_api.decoding import DecodeRequests, UndecodableMessage
 from server.grpc_api.handlers import with_behavior
 from server.grpc_api.metrics import RpcMetrics
 from server.grpc_api.predict import ChatPredictor
@@ -86,7 +88,7 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
                           context: grpc.aio.ServicerContext) -> pb.TranscriptResponse:
         try:
             return await self._transcribe_stream(request_iterator)
-        except BadAudio as error:
+        except (BadAudio, UndecodableMessage) as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except _TooLong as error:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
@@ -154,7 +156,10 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
         conversation: Conversation | None = None
         try:
             inputs = aiter(request_iterator)
-            first = await anext(inputs, None)
+            try:
+                first = await anext(inputs, None)
+            except UndecodableMessage as error:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
             config = pb.ConversationConfig()
             if first is not None and first.WhichOneof("input") == "config":
                 config, first = first.config, None
@@ -237,7 +242,8 @@ class GrpcServer:
         config = self.settings.grpc
         token = self.settings.auth.token.get_secret_value() if self.settings.auth.token else None
         server = grpc.aio.server(
-            interceptors=[RpcMetrics(), *([TokenAuth(token)] if token else [])],  # metrics first: sees rejections
+            # metrics first: it sees the rejections; request parsing last: inside the call, where it has a status
+            interceptors=[RpcMetrics(), *([TokenAuth(token)] if token else []), DecodeRequests()],
             maximum_concurrent_rpcs=config.max_concurrent_rpcs,
             options=[
                 ("grpc.max_send_message_length", config.max_message_bytes),

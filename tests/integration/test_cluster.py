@@ -45,10 +45,13 @@ def camera() -> Iterator[RtspCamera]:
 async def start_nodes(redis: RedisServer, tmp_path: Path) -> AsyncIterator[Any]:
     started: list[VigilProcess] = []
 
-    async def start(*names: str) -> list[VigilProcess]:
-        nodes = [VigilProcess(tmp_path, node_config(redis.url, name, tmp_path, heartbeat_s=HEARTBEAT_S,
-                                                    lease_s=LEASE_S, reconnect_max_s=RECONNECT_MAX_S))
-                 for name in names]
+    async def start(*names: str, max_sources: int | None = None) -> list[VigilProcess]:
+        configs = [node_config(redis.url, name, tmp_path, heartbeat_s=HEARTBEAT_S, lease_s=LEASE_S,
+                               reconnect_max_s=RECONNECT_MAX_S) for name in names]
+        if max_sources is not None:
+            for config in configs:
+                config["sessions"]["max_sources"] = max_sources
+        nodes = [VigilProcess(tmp_path, config) for config in configs]
         started.extend(nodes)  # before starting: if one fails to start, the others are still stopped
         await asyncio.gather(*(asyncio.to_thread(node.start) for node in nodes))
         return nodes
@@ -205,6 +208,35 @@ async def test_redis_down_keeps_sources_refuses_placements_and_rejoins(start_nod
                         break
                     assert (await response.json())["error"]["code"] == "cluster_unavailable"
                 await asyncio.sleep(0.2)
+
+
+async def test_the_cluster_source_limit_holds_under_parallel_posts(start_nodes, camera: RtspCamera):
+    """Two nodes of one source each, ten parallel POSTs through both: exactly two are placed (one per node), the
+    rest are refused with 429 ``too_many_sources``, and the cluster runs exactly those two."""
+    a, b = await start_nodes("a", "b", max_sources=1)
+    async with aiohttp.ClientSession() as http:
+
+        async def post(node: VigilProcess) -> tuple[int, dict[str, Any]]:
+            async with http.post(f"{node.url}/api/sources", json={"url": camera.url}) as response:
+                return response.status, await response.json()
+
+        answers = await asyncio.gather(*(post(a if i % 2 else b) for i in range(10)))
+        statuses = sorted(status for status, _ in answers)
+        assert statuses == [201] * 2 + [429] * 8, answers
+        for status, body in answers:
+            if status == 429:
+                assert body["error"]["code"] == "too_many_sources" and body["error"]["message"], body
+        created = sorted((body["id"], body["node"]) for status, body in answers if status == 201)
+        assert sorted(node for _, node in created) == ["a", "b"], created  # one per node: each can run it
+        listing = await get_json(http, f"{a.url}/api/sources")
+        assert sorted(s["id"] for s in listing["sources"]) == [source_id for source_id, _ in created]
+        for source_id, node_id in created:
+            assert (await owner_of(http, [a, b], source_id, timeout=BOUND_S))[0] == node_id
+        # Still serving: a slot freed by DELETE is placed again.
+        async with http.delete(f"{b.url}/api/sources/{created[0][0]}") as response:
+            assert response.status == 204
+        status, body = await post(a)
+        assert status == 201, body
 
 
 async def test_sessions_are_listed_cluster_wide_and_stay_where_they_were_answered(start_nodes):

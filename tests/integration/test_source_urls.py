@@ -25,6 +25,16 @@ def test_redaction_masks_the_password_wherever_it_appears() -> None:
     assert redact_url("rtsp://cam.local/x") == "rtsp://cam.local/x"
 
 
+def test_redaction_masks_a_token_only_userinfo() -> None:
+    url = "rtsp://tok%2Fen-S3cr3t@cam.local:554/x"  # no ':': the userinfo is the secret (a camera token)
+    assert redact_url(url) == "rtsp://***@cam.local:554/x"
+    message = f"Server returned 401 Unauthorized: '{url}' (token tok/en-S3cr3t)"
+    redacted = redact_text(message, url_secrets(url))
+    assert "S3cr3t" not in redacted and "rtsp://***@cam.local:554/x" in redacted, redacted
+    assert redact_text("failed to open rtsp://tok@cam/x") == "failed to open rtsp://***@cam/x"  # secret unknown
+    assert redact_url("rtsp://bob:pw@cam/x") == "rtsp://bob:***@cam/x"  # user and password: the user stays
+
+
 async def test_a_camera_password_appears_in_no_state_event_listing_or_log(vigil, caplog, capfd):
     caplog.set_level(logging.DEBUG)
     server = await vigil()
