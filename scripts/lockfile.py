@@ -69,6 +69,14 @@ def _recorded(lock: Path, header: str) -> str | None:
                 None)
 
 
+def _stale(lock: Path, header: str, current: str, compiled_from: str) -> list[str]:
+    """A problem if the hash recorded in ``lock`` under ``header`` is not ``current``."""
+    recorded = _recorded(lock, header)
+    if recorded == current:
+        return []
+    return [f"{lock.name} was compiled from {compiled_from} (recorded {recorded}, now {current}): run `make lock`"]
+
+
 def _unpinned(specs: list[str], pinned: dict[str, str], lock: Path) -> list[str]:
     """What of ``specs`` ``lock`` does not pin at an accepted version."""
     try:
@@ -92,10 +100,7 @@ def _unpinned(specs: list[str], pinned: dict[str, str], lock: Path) -> list[str]
 def problems(pyproject: Path, lock: Path) -> list[str]:
     if not lock.exists():
         return [f"{lock.name} is missing: run `make lock`"]
-    recorded, found = _recorded(lock, HEADER), []
-    if recorded != dependencies_hash(pyproject):
-        found.append(f"{lock.name} was compiled from other dependency lists than pyproject.toml's "
-                     f"(recorded {recorded}, now {dependencies_hash(pyproject)}): run `make lock`")
+    found = _stale(lock, HEADER, dependencies_hash(pyproject), "other dependency lists than pyproject.toml's")
     lists = dependency_lists(pyproject)
     return found + _unpinned([*lists["dependencies"], *lists[EXTRA]], pins(lock), lock)  # type: ignore[misc]
 
@@ -104,10 +109,7 @@ def nodeps_problems(source: Path, lock: Path) -> list[str]:
     """``lock`` pins exactly the requirements of ``source`` (installed ``--no-deps``: nothing else may come in)."""
     if not lock.exists():
         return [f"{lock.name} is missing: run `make lock`"]
-    recorded, found = _recorded(lock, IN_HEADER), []
-    if recorded != requirements_hash(source):
-        found.append(f"{lock.name} was compiled from another {source.name} (recorded {recorded}, now "
-                     f"{requirements_hash(source)}): run `make lock`")
+    found = _stale(lock, IN_HEADER, requirements_hash(source), f"another {source.name}")
     specs, pinned = requirement_lines(source), pins(lock)
     found += _unpinned(specs, pinned, lock)
     wanted = {_normalise(re.split(r"[\s;<>=!~\[]", spec, maxsplit=1)[0]) for spec in specs}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from prometheus_client import REGISTRY, generate_latest
@@ -15,6 +17,16 @@ from pipelines.timeline.store import ORPHAN_AGE_S, TimelineEntry, TimelineStore
 def _entry(wall_ts: float | None = None, **fields) -> TimelineEntry:
     return TimelineEntry(kind="event", name="zone.enter", source="cam", origin="rtsp",
                          wall_ts=time.time() if wall_ts is None else wall_ts, **fields)
+
+
+@contextmanager
+def _opened(tmp_path: Path, **settings) -> Iterator[TimelineStore]:
+    store = TimelineStore(tmp_path / "data", **settings)
+    store.open()
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def _wait_for(condition, timeout: float = 15.0) -> bool:
@@ -57,9 +69,7 @@ def test_a_full_write_queue_drops_without_blocking_and_counts_it_in_prometheus(t
 
 
 def test_the_background_timer_enforces_retention_with_nothing_else_asking(tmp_path: Path):
-    store = TimelineStore(tmp_path / "data", max_age_s=1.0, quota_bytes=10**9, retention_interval_s=0.2)
-    store.open()
-    try:
+    with _opened(tmp_path, max_age_s=1.0, quota_bytes=10**9, retention_interval_s=0.2) as store:
         entry = _entry()
         (store.root / "clips" / f"{entry.id}.mp4").write_bytes(b"\0" * 100)
         entry.clip = f"clips/{entry.id}.mp4"
@@ -68,14 +78,10 @@ def test_the_background_timer_enforces_retention_with_nothing_else_asking(tmp_pa
         # No write, no request_retention: only the writer's timer can remove it once it is a second old.
         assert _wait_for(lambda: store.get(entry.id) is None)
         assert not (store.root / "clips" / f"{entry.id}.mp4").exists()
-    finally:
-        store.close()
 
 
 def test_retention_removes_media_files_no_entry_names_once_they_are_old(tmp_path: Path):
-    store = TimelineStore(tmp_path / "data", max_age_s=3600, quota_bytes=10**9)
-    store.open()
-    try:
+    with _opened(tmp_path, max_age_s=3600, quota_bytes=10**9) as store:
         named = _entry(clip="clips/named.mp4", snapshot="snapshots/named.jpg")
         store.put(named)
         assert store.flush()
@@ -93,14 +99,10 @@ def test_retention_removes_media_files_no_entry_names_once_they_are_old(tmp_path
         left = sorted(str(path.relative_to(store.root)) for path in files.values() if path.exists())
         assert left == ["clips/in-flight.mp4", "clips/named.mp4", "snapshots/in-flight.jpg", "snapshots/named.jpg"]
         assert store.get(named.id).clip == "clips/named.mp4"  # type: ignore[union-attr]
-    finally:
-        store.close()
 
 
 def test_entries_sharing_a_snapshot_keep_it_until_the_last_one_goes(tmp_path: Path):
-    store = TimelineStore(tmp_path / "data", max_age_s=3600, quota_bytes=10**9)
-    store.open()
-    try:
+    with _opened(tmp_path, max_age_s=3600, quota_bytes=10**9) as store:
         shared = "snapshots/shared.jpg"
         (store.root / shared).write_bytes(b"\xff\xd8 jpeg")
         now = time.time()
@@ -114,5 +116,3 @@ def test_entries_sharing_a_snapshot_keep_it_until_the_last_one_goes(tmp_path: Pa
         assert store.get(second.id) is None and store.get(third.id) is not None
         assert (store.root / shared).exists()  # ... and the third still names the file
         assert store.delete(third.id) and not (store.root / shared).exists()
-    finally:
-        store.close()
