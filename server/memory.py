@@ -96,8 +96,12 @@ def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers)
             log.warning("memory: %s, so nothing sessions and sources see or hear is recorded to index; "
                         "/api/search still searches documents", why)
             return
-        # Loaded now, as the session models are: on first use it costs seconds of CPU inside a live session.
-        await index.open()
+        # Loaded now, as the session models are: on first use it costs seconds of CPU inside a live session. A
+        # failure here must not stop the server (memory is an extra): the first entry tries again, as before.
+        try:
+            await index.open()
+        except Exception:
+            log.exception("memory: cannot open the index at start-up; the first entry to index tries again")
         store.add_listener(TimelineFeed(index.add, asyncio.get_running_loop(), event_names=config.event_names))
         store.add_delete_listener(index.forget_events)  # a deleted or expired timeline entry leaves memory too
 

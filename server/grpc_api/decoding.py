@@ -43,9 +43,10 @@ async def _parse_stream(raws: AsyncIterator[bytes], parse: Parse, method: str,
         try:
             message = parse(raw)
         except Exception as error:
+            reason = _describe(method, error)
             context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
-            context.set_details(_describe(method, error))
-            raise UndecodableMessage(_describe(method, error)) from None
+            context.set_details(reason)
+            raise UndecodableMessage(reason) from None
         yield message
 
 

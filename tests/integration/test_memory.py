@@ -187,6 +187,17 @@ async def test_memory_without_storage_says_so_and_still_searches_documents(vigil
         assert status == 200 and "4711" in found["results"][0]["text"], found
 
 
+async def test_a_memory_that_cannot_open_at_start_up_does_not_stop_the_server(vigil, tmp_path: Path, caplog):
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the memory's data_dir should be")
+    with caplog.at_level("ERROR", logger="server.memory"):
+        server = await vigil(memory={"enabled": True, "data_dir": str(blocked)})
+    assert "cannot open the index at start-up" in caplog.text
+    assert not server.app[MEMORY].opened
+    async with aiohttp.ClientSession() as http, http.get(f"{server.url}/readyz") as response:
+        assert response.status == 200, await response.text()  # the server serves; memory tries again on use
+
+
 async def test_index_survives_restart_and_reembeds_entries_without_vectors(vigil, tmp_path: Path):
     server = await vigil(memory=_memory(tmp_path))
     index = server.app[MEMORY]
