@@ -4,12 +4,15 @@ body shape in ``server.errors``, gRPC status in ``server.grpc_api``, an ``error`
 
 Also here, because the data channel, the HTTP bodies and the config loader all need them: ``parse_json`` (every
 way a JSON text can fail to parse becomes one ``invalid_json`` error) and ``describe_validation_error`` (one
-wording for pydantic's validation errors).
+wording for pydantic's validation errors); and ``parse_number``, the one parser of numbers given as text (query
+strings, form fields), which refuses what ``float``/``int`` let through: non-finite values and integers beyond SQLite's
+64 bits.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -90,7 +93,49 @@ def invalid_body(error: ValidationError, *, root: str = "<body>", code: str = "i
                     details=[{"param": i.location, "message": i.message} for i in issues[:20]])
 
 
-# ---------------------------------------------------------------- JSON texts
+# ---------------------------------------------------------------- numbers and JSON texts
+
+
+# SQLite stores integers in 64 bits: a larger Python int raises OverflowError inside the query.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def parse_number(name: str, raw: str, *, integer: bool = False, minimum: float | None = None,
+                 maximum: float | None = None, code: str = "invalid_parameter", what: str | None = None) -> Any:
+    """``raw`` (a query parameter, a form field) as a finite float, or an int when ``integer`` (never beyond 64
+    bits), within [``minimum``, ``maximum``]; anything else is an ApiError ``code`` whose message and ``param``
+    name ``name``. ``what`` words the expected value (default: the kind, and the range when one is given)."""
+    low = minimum if minimum is not None else INT64_MIN if integer else -math.inf
+    high = maximum if maximum is not None else INT64_MAX if integer else math.inf
+    if what is None and (minimum is not None or maximum is not None):
+        what = f"an integer from {low} to {high}" if integer else f"a number from {low:g} to {high:g}"
+    elif what is None:
+        what = "a 64-bit integer" if integer else "a finite number"
+    try:
+        value: float = int(raw) if integer else float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ApiError(code, f"{name} must be {what} (got {raw[:64]!r})", param=name)
+    return value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: JSON has no infinity
+        raise ValueError(f"number out of range: {text[:64]}")
+    return value
+
+
+def _int64(text: str) -> int:
+    value = int(text)
+    if not INT64_MIN <= value <= INT64_MAX:  # no field takes more, and SQLite cannot store it
+        raise ValueError(f"integer out of range: {text[:64]}")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise ValueError(f"{text} is not a JSON number")  # NaN, Infinity, -Infinity: Python's extension, not JSON
 
 
 def parse_json(raw: str | bytes | bytearray, *, what: str = "body") -> Any:
@@ -99,7 +144,7 @@ def parse_json(raw: str | bytes | bytearray, *, what: str = "body") -> Any:
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw
         text.encode("utf-8")  # a str from a transport may hold lone surrogates: refuse them here, not later
-        data = json.loads(text)
+        data = json.loads(text, parse_float=_finite_float, parse_int=_int64, parse_constant=_no_constant)
         if "\\u" in text:  # escapes can spell lone surrogates too, which break every later encode
             json.dumps(data, ensure_ascii=False).encode("utf-8")
         return data

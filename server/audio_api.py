@@ -25,7 +25,7 @@ from pipelines.batch.engine import EngineBusy, TranscriptionEngine
 from pipelines.batch.formats import CONTENT_TYPES, RESPONSE_FORMATS, Transcript, as_json, as_text
 from pipelines.batch.jobs import JobQueue, JobStoreInUse, JobStoreUnavailable, QueueFull
 from pipelines.batch.store import JobRecord
-from pipelines.errors import ApiError
+from pipelines.errors import ApiError, parse_number
 from pipelines.speech import CONTENT_TYPES as SPEECH_CONTENT_TYPES
 from pipelines.speech import SpeechBusy, SpeechSynthesizer
 from server.config import Settings
@@ -247,13 +247,7 @@ async def _transcription_params(services: AudioServices, upload: Upload) -> Tran
                        param="response_format")
     temperature = 0.0
     if (raw := upload.one("temperature")) is not None:
-        try:
-            temperature = float(raw)
-        except ValueError:
-            temperature = math.nan
-        if not 0.0 <= temperature <= 1.0:
-            raise ApiError("invalid_request", f"temperature must be a number from 0 to 1, not '{raw}'",
-                           param="temperature")
+        temperature = parse_number("temperature", raw, minimum=0.0, maximum=1.0, code="invalid_request")
     granularities = upload.fields.get("timestamp_granularities[]", []) + upload.fields.get(
         "timestamp_granularities", [])
     if any(g not in ("segment", "word") for g in granularities):
@@ -386,12 +380,8 @@ async def list_transcription_jobs(request: web.Request) -> web.StreamResponse:
     status = request.query.get("status")
     if status is not None and status not in ("queued", "running", "completed", "failed", "cancelled"):
         raise ApiError("invalid_request", f"unknown status '{status}'", param="status")
-    try:
-        limit = int(request.query.get("limit", "100"))
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= 1000:
-        raise ApiError("invalid_request", "limit must be an integer from 1 to 1000", param="limit")
+    limit = parse_number("limit", request.query.get("limit", "100"), integer=True, minimum=1, maximum=1000,
+                         code="invalid_request")
     records = await jobs.list(status, limit)
     return web.json_response({"object": "list", "data": [_job_body(job) for job in records]})
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from aiohttp import web
 from pydantic import BaseModel, Field
 
+from pipelines.errors import parse_number
 from pipelines.timeline.recorder import AppearRule, RecorderSettings, TimelineRecorder
 from pipelines.timeline.store import ENTRY_KINDS, StorageUnavailable, TimelineEntry, TimelineStore
 from server.config import Settings
@@ -69,10 +70,7 @@ def _float(request: web.Request, name: str) -> float | None:
     raw = request.query.get(name)
     if raw is None or raw == "":
         return None
-    try:
-        return float(raw)
-    except ValueError:
-        raise ApiError("invalid_parameter", f"{name} must be a number (seconds since the epoch)") from None
+    return float(parse_number(name, raw, what="a finite number (seconds since the epoch)"))
 
 
 async def _blocking(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -85,20 +83,17 @@ async def _blocking(fn: Any, *args: Any, **kwargs: Any) -> Any:
 async def list_events(request: web.Request) -> web.Response:
     store = _store(request)
     query = request.query
-    try:
-        limit = int(query.get("limit", "50"))
-        cursor = int(query["cursor"]) if query.get("cursor") else None
-    except ValueError:
-        raise ApiError("invalid_parameter", "limit and cursor must be integers") from None
-    if not 1 <= limit <= MAX_PAGE:
-        raise ApiError("invalid_parameter", f"limit must be 1..{MAX_PAGE}")
+    limit = parse_number("limit", query.get("limit", "50"), integer=True, minimum=1, maximum=MAX_PAGE)
+    cursor = parse_number("cursor", query["cursor"], integer=True) if query.get("cursor") else None
     kinds = tuple(k for k in query.get("kind", "event,alert").split(",") if k)
     if not kinds or any(k not in ENTRY_KINDS for k in kinds):
         raise ApiError("invalid_parameter", f"kind must be a comma-separated list of {', '.join(ENTRY_KINDS)}")
     source = query.get("source") or query.get("session") or None
+    since, until = _float(request, "since"), _float(request, "until")
+    if since is not None and until is not None and since > until:  # as /api/search answers it
+        raise ApiError("invalid_parameter", "since is after until", param="since")
     entries = await _blocking(store.query, source=source, name=query.get("name") or None, kinds=kinds,
-                              since=_float(request, "since"), until=_float(request, "until"), before_seq=cursor,
-                              limit=limit)
+                              since=since, until=until, before_seq=cursor, limit=limit)
     next_cursor = str(entries[-1].seq) if len(entries) == limit else None
     return web.json_response(text=EventList(events=[_info(e) for e in entries], next_cursor=next_cursor)
                              .model_dump_json())

@@ -16,6 +16,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.embeddings import TextEmbedder
+from pipelines.errors import parse_number
 from pipelines.memory.documents import document_entries
 from pipelines.memory.entries import KINDS, TIMELINE_KINDS, SearchFilters, SearchHit
 from pipelines.memory.feed import TimelineFeed
@@ -152,11 +153,14 @@ class SearchResponse(BaseModel):
 
 
 def parse_time(name: str, value: str) -> float:
-    """Unix seconds or ISO 8601 (UTC when no zone is given)."""
+    """Unix seconds (finite: ``nan`` or ``1e400`` would reach the filters) or ISO 8601 (UTC when no zone)."""
+    what = "unix seconds (a finite number) or ISO 8601"
     try:
-        return float(value)
+        float(value)
     except ValueError:
         pass
+    else:
+        return float(parse_number(name, value, code="invalid_time", what=what))
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
@@ -196,12 +200,8 @@ def parse_search(query: dict[str, str], getall: Any, settings: Settings) -> tupl
         filters.until = parse_time("until", query["until"])
     if filters.since is not None and filters.until is not None and filters.since > filters.until:
         raise ApiError("invalid_time", "since is after until")
-    try:
-        limit = int(query.get("limit", "10"))
-    except ValueError:
-        raise ApiError("invalid_limit", "limit must be an integer") from None
-    if not 1 <= limit <= config.max_results:
-        raise ApiError("invalid_limit", f"limit must be between 1 and {config.max_results}")
+    limit = parse_number("limit", query.get("limit", "10"), integer=True, minimum=1, maximum=config.max_results,
+                         code="invalid_limit")
     mode = query.get("mode", "hybrid")
     if mode not in MODES:
         raise ApiError("invalid_mode", f"mode must be one of {', '.join(MODES)}")

@@ -231,6 +231,9 @@ async def test_bad_search_input_gets_clear_errors(vigil, tmp_path: Path):
             ({"q": "van", "kind": "telegram"}, 400, "unknown_kind"),
             ({"q": "van", "since": "yesterday"}, 400, "invalid_time"),
             ({"q": "van", "since": "2026-01-02T00:00:00", "until": "2026-01-01T00:00:00"}, 400, "invalid_time"),
+            *[({"q": "van", name: value}, 400, "invalid_time")  # would reach the filters as `wall_time >= nan`
+              for name in ("since", "until") for value in ("nan", "inf", "-inf", "1e400", "NaN")],
+            ({"q": "van", "limit": "99999999999999999999"}, 400, "invalid_limit"),
             ({"q": "van", "limit": "0"}, 400, "invalid_limit"),
             ({"q": "van", "limit": "many"}, 400, "invalid_limit"),
             ({"q": "van", "source": "a\" or kind != \"x"}, 400, "invalid_filter"),
@@ -239,6 +242,9 @@ async def test_bad_search_input_gets_clear_errors(vigil, tmp_path: Path):
         for params, status, code in cases:
             got, body = await _search(http, server.url, **params)
             assert (got, body["error"]["code"]) == (status, code), (params, body)
+            if code in ("invalid_time", "invalid_limit"):
+                assert body["error"]["message"].startswith(next(k for k in ("since", "until", "limit")
+                                                                if k in params)), body
         # 100 kB in the URL: refused before any handler runs, still a 4xx.
         async with http.get(f"{server.url}/api/search", params={"q": "y" * 100_000}) as response:
             assert 400 <= response.status < 500

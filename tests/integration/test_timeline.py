@@ -161,10 +161,14 @@ async def test_the_event_api_needs_the_token(vigil, tmp_path: Path):
         assert status == 401
         status, body, _ = await _get(http, f"{server.url}/api/events", headers={"Authorization": "Bearer s3cret"})
         assert status == 200 and json.loads(body) == {"events": [], "next_cursor": None}
-        for bad in ("limit=0", "limit=x", "since=yesterday", "kind=bogus", "cursor=1.5"):
+        for bad in ("limit=0", "limit=x", "since=yesterday", "kind=bogus", "cursor=1.5",
+                    # beyond SQLite's 64-bit integers, non-finite times, an empty window: 400s naming the parameter
+                    "cursor=9223372036854775808", "cursor=-9223372036854775809", "limit=99999999999999999999",
+                    "since=nan", "since=inf", "until=-inf", "until=1e400", "since=2000&until=1000"):
             status, body, _ = await _get(http, f"{server.url}/api/events?{bad}",
                                          headers={"Authorization": "Bearer s3cret"})
-            assert status == 400 and json.loads(body)["error"]["code"] == "invalid_parameter", bad
+            assert status == 400 and json.loads(body)["error"]["code"] == "invalid_parameter", (bad, body)
+            assert bad.split("=")[0] in json.loads(body)["error"]["message"], body
 
 
 @pytest.mark.parametrize("failure", ["unusable data dir", "tiny quota"])

@@ -6,12 +6,14 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from pipelines.errors import ApiError, describe_validation_error, invalid_body, parse_json
+from pipelines.errors import ApiError, describe_validation_error, invalid_body, parse_json, parse_number
 from server.errors import http_status, openai_error_body, vigil_error_body
 
 
 @pytest.mark.parametrize("raw", [
     b"{nope", b"\xff\xfe{}", '"\ud800"', '"\\ud800"', b'{"a": "\\udc00"}', "[" * 100_000, b"",
+    # Python's JSON extensions and numbers no field can hold: refused, not turned into nan/inf or a huge int
+    b'{"a": NaN}', b'{"a": Infinity}', b'[-Infinity]', b'{"a": 1e400}', b'[-1e400]', b'[9223372036854775808]',
 ])
 def test_every_parse_failure_is_invalid_json(raw):
     with pytest.raises(ApiError) as error:
@@ -21,6 +23,26 @@ def test_every_parse_failure_is_invalid_json(raw):
 
 def test_valid_json_parses_including_escaped_pairs():
     assert parse_json(b'{"a": [1, "\\ud83d\\ude00"]}') == {"a": [1, "\U0001F600"]}
+    assert parse_json(b'[1.5e300, -9223372036854775808, 9223372036854775807]') == [1.5e300, -2**63, 2**63 - 1]
+
+
+@pytest.mark.parametrize("raw, options", [
+    ("nan", {}), ("inf", {}), ("-inf", {}), ("1e400", {}), ("-Infinity", {}), ("soon", {}), ("", {}),
+    ("9223372036854775808", {"integer": True}), ("-9223372036854775809", {"integer": True}),
+    ("1.5", {"integer": True}), ("0", {"integer": True, "minimum": 1, "maximum": 10}),
+    ("1.01", {"minimum": 0.0, "maximum": 1.0}),
+])
+def test_numbers_in_text_are_finite_in_range_and_named(raw, options):
+    with pytest.raises(ApiError) as error:
+        parse_number("cursor", raw, code="invalid_parameter", **options)
+    assert error.value.code == "invalid_parameter" and error.value.param == "cursor"
+    assert error.value.message.startswith("cursor must be ")
+
+
+def test_numbers_in_text_parse():
+    assert parse_number("since", "1700000000.5") == 1700000000.5
+    assert parse_number("cursor", "9223372036854775807", integer=True) == 2**63 - 1
+    assert parse_number("limit", "10", integer=True, minimum=1, maximum=10) == 10
 
 
 class Item(BaseModel):
