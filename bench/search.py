@@ -20,6 +20,16 @@ memory config (MiniLM embeds each query there), sequential requests; the server'
 (``timings_ms``) explain where the time goes.
 
     nice unshare -n bash -c 'ip link set lo up && .venv/bin/python -m bench.search'
+
+Under load (``--load-sessions N``): ``vigil serve`` with the default config (default CPU models, memory on a
+small real-MiniLM corpus), searched at ``--load-rate`` requests/s (open loop: a request is sent on schedule
+whether or not the previous ones answered) for ``--load-seconds``, first alone, then with N WebRTC sessions
+sending audio (a live microphone, low noise) and video (pre-encoded VP8 at 10 fps, as ``bench/capacity.py``)
+from a child process. It prints p50/p95 of the answered searches, how many were shed (503 ``server_busy``) or
+failed otherwise, and how many sessions were still connected at the end. ``--vigil-root DIR`` serves another
+checkout (e.g. an older revision exported with ``git archive``) for a before/after figure:
+
+    nice unshare -n bash -c 'ip link set lo up && .venv/bin/python -m bench.search --load-sessions 8'
 """
 
 from __future__ import annotations
@@ -363,13 +373,155 @@ async def main(args: argparse.Namespace) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+# ---------------------------------------------------------------- search under load (--load-sessions)
+
+
+async def av_clients(url: str, count: int) -> None:
+    """Child process: ``count`` audio+video sessions. Prints ``ready``, waits for ``stop`` on stdin, then prints
+    one JSON line: how many sessions were still connected."""
+    import json
+
+    from bench.capacity import CAMERA_FPS, PrecodedVideoTrack, precoded_vp8
+    from server.client import VigilClient
+    from server.ice import restrict_host_addresses
+    from tests.support.audio import ScriptedMicrophone
+
+    restrict_host_addresses(["127.0.0.1"])
+    packets = precoded_vp8((640, 360), CAMERA_FPS)
+    clients = [VigilClient(url) for _ in range(count)]
+    for client in clients:
+        await client.connect([ScriptedMicrophone(noise=30.0), PrecodedVideoTrack(packets, CAMERA_FPS)], timeout=60)
+    print("ready", flush=True)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, sys.stdin.readline)
+    alive = sum(c.pc.connectionState == "connected" for c in clients)
+    print(json.dumps({"alive": alive, "sessions": count}), flush=True)
+    for client in clients:
+        try:
+            await asyncio.wait_for(client.close(), 10)
+        except Exception:  # a session the server already closed
+            pass
+
+
+async def search_rate(url: str, questions: list[str], rate: float, seconds: float) -> dict[str, Any]:
+    """Open loop: one GET /api/search every 1/rate s for ``seconds``; each request's status and client-side ms."""
+    results: list[tuple[int, float]] = []
+
+    async def one(http: aiohttp.ClientSession, question: str) -> None:
+        started = time.perf_counter()
+        try:
+            async with http.get(f"{url}/api/search", params={"q": question, "limit": "5"},
+                                timeout=aiohttp.ClientTimeout(total=120)) as response:
+                await response.read()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError):
+            status = 0
+        results.append((status, (time.perf_counter() - started) * 1000.0))
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        tasks = []
+        begin = time.perf_counter()
+        count = int(rate * seconds)
+        for number in range(count):
+            delay = begin + number / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(http, questions[number % len(questions)])))
+        await asyncio.gather(*tasks)
+    ok = [ms for status, ms in results if status == 200]
+    return {"sent": count, "ok": len(ok), "shed": sum(s == 503 for s, _ in results),
+            "other": sum(s not in (200, 503) for s, _ in results),
+            "p50": percentile(ok, 0.5) if ok else float("nan"), "p95": percentile(ok, 0.95) if ok else float("nan"),
+            "shed_p95": percentile([ms for s, ms in results if s == 503], 0.95) if any(s == 503 for s, _ in results)
+            else float("nan")}
+
+
+async def under_load(args: argparse.Namespace) -> None:
+    from models.embeddings import MiniLmEmbedder
+    from tests.support.browser import VigilProcess
+
+    root = Path(tempfile.mkdtemp(prefix="vigil-bench-search-load-"))
+    pairs = needles(args.questions)
+    fillers = filler_texts(args.load_corpus)
+    entries = corpus(len(pairs) + len(fillers), pairs, fillers)
+    embedder = MiniLmEmbedder()  # real embeddings of a small corpus (seconds): the server searches them
+    index = MemoryIndex(root / "memory", lambda: embedder,
+                        lambda dim: LanceVectors(root / "memory" / "vectors.lance", "vigil_memory", dim),
+                        queue_max=len(entries) + 1, batch_max=256)
+    index.start()
+    index.add(entries)
+    await index.flush()
+    await index.close()
+    config: dict[str, Any] = {"webrtc": {"host_addresses": ["127.0.0.1"], "offer_rate_limit": None},
+                              "grpc": {"port": 0}, "sessions": {"max_sessions": args.load_sessions + 2},
+                              "memory": {"enabled": True, "data_dir": str(root / "memory")},
+                              "storage": {"data_dir": str(root / "timeline")}}  # everything else: the defaults
+    vigil_root: Path = args.vigil_root or REPO
+    server = await asyncio.to_thread(VigilProcess(root, config, root=vigil_root).start)
+    questions = [question for _, question in pairs]
+    clients: asyncio.subprocess.Process | None = None
+    try:
+        async with aiohttp.ClientSession() as http:  # the first search loads MiniLM in the server
+            for _ in range(120):
+                async with http.get(f"{server.url}/api/search", params={"q": "warm up"}) as response:
+                    if response.status == 200:
+                        break
+                await asyncio.sleep(1)
+        alone = await search_rate(server.url, questions, args.load_rate, args.load_seconds)
+        clients = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.search", "--av-clients", str(args.load_sessions), "--url", server.url,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=REPO)
+        assert clients.stdout is not None and clients.stdin is not None
+        ready = (await asyncio.wait_for(clients.stdout.readline(), 300)).decode().strip()
+        assert ready == "ready", ready
+        await asyncio.sleep(args.load_warmup_s)
+        loaded = await search_rate(server.url, questions, args.load_rate, args.load_seconds)
+        clients.stdin.write(b"stop\n")
+        await clients.stdin.drain()
+        import json
+
+        alive = json.loads((await asyncio.wait_for(clients.stdout.readline(), 120)).decode())
+        await asyncio.wait_for(clients.wait(), 60)
+    finally:
+        if clients is not None and clients.returncode is None:
+            clients.kill()
+            await clients.wait()
+        await asyncio.to_thread(server.stop)
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"\nGET /api/search (hybrid, limit 5) at {args.load_rate:g}/s for {args.load_seconds:g} s, open loop; "
+          f"{len(entries):,} entries; server: {vigil_root}")
+    print(f"{'':>24} {'sent':>5} {'200':>5} {'503':>5} {'other':>5} {'p50 ms':>8} {'p95 ms':>8} {'503 p95 ms':>10}")
+    for name, r in (("alone", alone), (f"{args.load_sessions} a+v sessions", loaded)):
+        print(f"{name:>24} {r['sent']:>5} {r['ok']:>5} {r['shed']:>5} {r['other']:>5} {r['p50']:>8.0f} "
+              f"{r['p95']:>8.0f} {r['shed_p95']:>10.0f}")
+    print(f"sessions still connected at the end: {alive['alive']}/{alive['sessions']}; "
+          f"load average {os.getloadavg()[0]:.1f}")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--questions", type=int, default=200, help="needle facts, one paraphrased question each")
     parser.add_argument("--ingest", type=int, default=500, help="fresh entries for the embedding ingestion rate")
+    parser.add_argument("--load-sessions", type=int, default=0,
+                        help="measure search under N WebRTC audio+video sessions instead (see above)")
+    parser.add_argument("--load-rate", type=float, default=20.0, help="searches per second (open loop)")
+    parser.add_argument("--load-seconds", type=float, default=15.0, help="how long each phase searches")
+    parser.add_argument("--load-warmup-s", type=float, default=5.0, help="sessions running before searching")
+    parser.add_argument("--load-corpus", type=int, default=2000, help="filler entries in the server's memory")
+    parser.add_argument("--vigil-root", type=lambda value: Path(value).resolve(),
+                        help="serve this checkout instead (a before/after comparison)")
+    parser.add_argument("--av-clients", type=int, help=argparse.SUPPRESS)  # the child process of --load-sessions
+    parser.add_argument("--url", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(parse_args()))
+    options = parse_args()
+    if options.av_clients is not None:
+        asyncio.run(av_clients(options.url, options.av_clients))
+    elif options.load_sessions:
+        asyncio.run(under_load(options))
+    else:
+        asyncio.run(main(options))

@@ -48,6 +48,8 @@ def build_index(settings: Settings, embedder: Callable[[], TextEmbedder]) -> Mem
         embedder=embedder,
         vectors=lambda dimension: open_vectors(settings, dimension),
         queue_max=config.queue_max, batch_max=config.batch_max, candidates=config.candidates, rrf_k=config.rrf_k,
+        search_workers=config.search_workers, search_queue_max=config.search_queue_max,
+        search_retry_after_s=config.search_retry_after_s,
     )
 
 

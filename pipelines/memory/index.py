@@ -7,7 +7,9 @@ are embedded again when the index next opens. Models and the vector index load l
 search, so a server that never uses its memory never pays for torch.
 
 Search: keyword (SQLite FTS5, BM25) and vector (MiniLM + LanceDB, or a Milvus server) candidates under the same
-filters, fused by reciprocal rank: score = sum over the lists an entry is in of 1 / (rrf_k + rank).
+filters, fused by reciprocal rank: score = sum over the lists an entry is in of 1 / (rrf_k + rank). Searches run on
+their own threads (``search_workers``); at most ``search_queue_max`` more wait for one, and a search beyond that is
+refused at once (``server_busy``, with Retry-After) instead of queueing for seconds behind the others.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
 
 from models.embeddings import TextEmbedder
+from pipelines.errors import ApiError
 from pipelines.memory.entries import MemoryEntry, SearchFilters, SearchHit
 from pipelines.memory.store import EntryStore
 
@@ -37,6 +40,9 @@ ENTRIES = Counter("vigil_memory_entries_total", "Entries indexed in memory, by k
 DROPPED = Counter("vigil_memory_dropped_total", "Entries refused because the memory's queue was full.")
 FAILED = Counter("vigil_memory_failed_total", "Entries whose embedding or vector write failed (retried on open).")
 QUEUED = Gauge("vigil_memory_queue_entries", "Entries waiting to be embedded.")
+SHED = Counter("vigil_memory_searches_shed_total", "Searches refused (server_busy) because every search thread "
+               "was busy and the wait queue was full.")
+SEARCHES = Gauge("vigil_memory_searches_in_flight", "Searches running or waiting for a search thread.")
 SEARCH_MS = Histogram("vigil_memory_search_ms", "Memory search time (embedding the query included), ms.",
                       ["mode"], buckets=(2, 5, 10, 20, 35, 50, 75, 100, 200, 500, 1000, 2500))
 
@@ -77,6 +83,9 @@ class MemoryIndex:
         batch_max: int = 64,
         candidates: int = 50,
         rrf_k: int = 60,
+        search_workers: int = 2,
+        search_queue_max: int = 8,
+        search_retry_after_s: float = 1.0,
     ) -> None:
         """``embedder`` and ``vectors`` (given the embedding dimension) are factories, called on first use."""
         self.data_dir = Path(data_dir)
@@ -84,8 +93,13 @@ class MemoryIndex:
         self._batch_max, self.candidates, self.rrf_k = batch_max, candidates, rrf_k
         self._queue: asyncio.Queue[MemoryEntry] = asyncio.Queue(queue_max)
         self._writer = ThreadPoolExecutor(1, "memory-write")
-        self._readers = ThreadPoolExecutor(2, "memory-read")
-        self._keyword_pool = ThreadPoolExecutor(2, "memory-keyword")  # beside a reader embedding the query
+        self._readers = ThreadPoolExecutor(2, "memory-read")  # documents and counts (short SQLite reads)
+        # Searches have their own threads, so a burst of them never waits behind (or delays) anything else.
+        self._searchers = ThreadPoolExecutor(search_workers, "memory-search")
+        self._keyword_pool = ThreadPoolExecutor(search_workers, "memory-keyword")  # beside a search embedding
+        self.search_capacity = search_workers + search_queue_max  # running + waiting; more are refused
+        self.search_retry_after_s = search_retry_after_s
+        self.searches_in_flight = 0  # event loop only
         self._open_lock = threading.Lock()  # held while the models load (seconds)
         self._store_lock = threading.Lock()  # only while SQLite opens: deleting never waits for a model
         self._store: EntryStore | None = None
@@ -106,6 +120,13 @@ class MemoryIndex:
         """Load the embedder and open the stores now (off the event loop), not on the first entry."""
         await asyncio.get_running_loop().run_in_executor(self._writer, self._open)
 
+    async def use_embedder_for_test(self, wrap: Callable[[TextEmbedder], TextEmbedder]) -> None:
+        """Test seam: open the index, then embed with ``wrap(the loaded embedder)`` (e.g. a HeldModelForTest)."""
+        await self.open()
+        with self._open_lock:
+            assert self._embedder is not None
+            self._embedder = wrap(self._embedder)
+
     @property
     def opened(self) -> bool:
         return self._embedder is not None and self._vectors is not None
@@ -124,6 +145,7 @@ class MemoryIndex:
         await loop.run_in_executor(self._writer, self._release)
         self._writer.shutdown(wait=False)
         self._readers.shutdown(wait=False)
+        self._searchers.shutdown(wait=False)
         self._keyword_pool.shutdown(wait=False)
 
     def _release(self) -> None:
@@ -240,10 +262,23 @@ class MemoryIndex:
     # ------------------------------------------------------------------ search
 
     async def search(self, query: str, filters: SearchFilters, limit: int = 10, mode: SearchMode = "hybrid",
-                     timings: dict[str, float] | None = None) -> list[SearchHit]:
+                     timings: dict[str, float] | None = None, *, shed: bool = True) -> list[SearchHit]:
+        """Raises ``ApiError("server_busy")`` when ``search_capacity`` searches are already running or waiting
+        (``shed=False``: wait anyway, for callers that bound their own wait, e.g. the voice loop's recall)."""
+        if shed and self.searches_in_flight >= self.search_capacity:
+            SHED.inc()
+            raise ApiError("server_busy", f"{self.searches_in_flight} searches are running or waiting; retry "
+                           "shortly", retry_after_s=self.search_retry_after_s)
+        self.searches_in_flight += 1  # counted before the first await: a parallel burst cannot overshoot
+        SEARCHES.set(self.searches_in_flight)
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
-        hits = await loop.run_in_executor(self._readers, self.search_blocking, query, filters, limit, mode, timings)
+        try:
+            hits = await loop.run_in_executor(self._searchers, self.search_blocking, query, filters, limit, mode,
+                                              timings)
+        finally:
+            self.searches_in_flight -= 1
+            SEARCHES.set(self.searches_in_flight)
         SEARCH_MS.labels(mode=mode).observe((time.perf_counter() - started) * 1000.0)
         return hits
 

@@ -99,7 +99,9 @@ class MemoryRecall:
         query = rewrite_query(text, conversation)
         try:
             hits = await asyncio.wait_for(
-                self.index.search(query, SearchFilters(kinds=self.KINDS), self.max_entries + 2), self.timeout_s)
+                # Never shed: a live turn waits (bounded by timeout_s) rather than lose its memory to API searches.
+                self.index.search(query, SearchFilters(kinds=self.KINDS), self.max_entries + 2, shed=False),
+                self.timeout_s)
         except TimeoutError:
             log.warning("memory retrieval took over %.1f s: answering without memory", self.timeout_s)
             hits = []

@@ -51,6 +51,12 @@ class MemorySettings(Section):
     max_results: int = Field(100, ge=1, le=1000, description="Largest limit a search may ask for.")
     candidates: int = Field(50, ge=1, description="Hits taken from each of keyword and vector search before fusion.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant: score = sum of 1 / (rrf_k + rank).")
+    search_workers: int = Field(2, ge=1, le=16, description="Threads that run searches (embedding the query, "
+                                "FTS5, the vector index): their own pool, beside the media and model threads.")
+    search_queue_max: int = Field(8, ge=0, description="Searches waiting for a search thread; beyond it "
+                                  "/api/search answers 503 server_busy with Retry-After (shed, not queued for "
+                                  "seconds).")
+    search_retry_after_s: float = Field(1.0, gt=0, le=3600, description="Retry-After given with a shed search.")
     voice: VoiceMemorySettings = VoiceMemorySettings()
     documents: DocumentSettings = DocumentSettings()
 

@@ -410,3 +410,33 @@ async def test_parallel_conversations_never_exceed_max_conversations(vigil):
         hang_up.set()
         for _, call in again:
             call.cancel()
+
+
+async def test_parallel_searches_beyond_the_queue_are_refused_with_retry_after(vigil, tmp_path: Path):
+    from server.memory import MEMORY
+
+    memory = {"enabled": True, "data_dir": str(tmp_path / "memory"), "search_workers": 1, "search_queue_max": 2,
+              "search_retry_after_s": 2}
+    server = await vigil(memory=memory)
+    index = server.app[MEMORY]
+    release = threading.Event()
+    await index.use_embedder_for_test(lambda embedder: HeldModelForTest(embedder, ["embed"], release))
+
+    async def search(http: aiohttp.ClientSession, q: str) -> tuple[int, str | None, dict[str, Any]]:
+        async with http.get(f"{server.url}/api/search", params={"q": q}) as response:
+            return response.status, response.headers.get("Retry-After"), await response.json()
+
+    try:
+        async with aiohttp.ClientSession() as http:
+            # One search runs (its query embedding held), two wait for the one search thread: the other five go.
+            refused, held = await burst_with_some_held([search(http, f"parcel {n}") for n in range(8)], held=3)
+            assert len(refused) == 5 and {(s, r, b["error"]["code"]) for s, r, b in refused} == {
+                (503, "2", "server_busy")}, refused
+            assert index.searches_in_flight == 3
+            release.set()
+            answered = await asyncio.gather(*held)
+            assert [status for status, _, _ in answered] == [200] * 3, answered
+            assert index.searches_in_flight == 0
+            assert (await search(http, "parcel again"))[0] == 200  # served again
+    finally:
+        release.set()
