@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import unquote_plus
 
 from aiohttp import web
 from aiohttp.web_log import AccessLogger
@@ -29,24 +27,14 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from pipelines.errors import ApiError
-from pipelines.sources.urls import MASK, redact_text
+from pipelines.sources.urls import redact_text
 from server.errors import CODE_FOR_STATUS, error_response, parser_error_reason
-
-# Query keys whose values are secrets, matched on the decoded key (aiohttp decodes `%74oken` to `token` too).
-SECRET_QUERY_KEY = re.compile(r"token|secret|passw|api[-_]?key|^key$|auth|credential|signature", re.IGNORECASE)
-# key=value in a query, in a request line or a logged URL; the value ends where the query pair or the URL does.
-_QUERY_PAIR = re.compile(r"(?P<lead>[?&;])(?P<key>[^=&;?#\s\"']+)=(?P<value>[^&;#\s\"']*)")
 
 
 def redact_query_secrets(text: str) -> str:
-    """``text`` (a request line, a URL) with every secret-bearing query value, and any URL password, masked."""
-
-    def mask(match: re.Match[str]) -> str:
-        if SECRET_QUERY_KEY.search(unquote_plus(match["key"])):
-            return f"{match['lead']}{match['key']}={MASK}"
-        return match[0]
-
-    return redact_text(_QUERY_PAIR.sub(mask, text))
+    """``text`` (a request line, a URL) with every secret-bearing query value, and any URL password, masked: the
+    source URLs' one redaction (``pipelines.sources.urls.SECRET_QUERY_KEY`` names the keys)."""
+    return redact_text(text)
 
 
 class RedactingAccessLogger(AccessLogger):

@@ -1,14 +1,15 @@
-"""Source URLs: normalised before validation, and never shown with their password.
+"""Source URLs: normalised before validation, and never shown with their secrets: the userinfo password (or
+token), and the values of secret-looking query and path parameters (``?password=``, ``?token=``, ``;auth=``...).
 
 One redaction helper serves every place a URL or a message about it can reach a user or a log: source
-listings, ``state_detail.reason``, ``source.state`` events, log lines and errors. FFmpeg's messages quote
-the URL it was given (credentials included), so free text is redacted too, not only URLs.
+listings, ``state_detail.reason``, ``source.state`` events, log lines and errors, and the access log. FFmpeg's
+messages quote the URL it was given (credentials included), so free text is redacted too, not only URLs.
 """
 
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 MASK = "***"
 SOURCE_SCHEMES = ("rtsp", "rtsps")
@@ -18,39 +19,62 @@ SOURCE_SCHEMES = ("rtsp", "rtsps")
 _CREDENTIALS = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)(?P<password>[^\s/]*)@")
 # scheme://token@: userinfo with no ':' is a bearer secret of its own (a camera token), masked whole.
 _TOKEN = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<token>[^\s:/@]+)@")
+# Query and path-parameter keys whose values are secrets, matched case-insensitively on the decoded key (aiohttp
+# decodes `%74oken` to `token`, and so may a camera): password, passwd, pwd, pass, token, auth, key, api_key, sig...
+SECRET_QUERY_KEY = re.compile(r"token|secret|passw|pwd|^pass$|api[-_]?key|^key$|auth|credential|signature|^sig$",
+                              re.IGNORECASE)
+# key=value in a query (`?`, `&`) or a path parameter (`;`), in a URL or in free text quoting one; the value ends
+# where the pair or the URL does (a path parameter's also at the next `/` or `?`).
+_QUERY_PAIR = re.compile(r"(?:(?P<param>;)|[?&])(?P<key>[^=&;?#\s\"']+)="
+                         r"(?P<value>(?(param)[^&;#?/\s\"']*|[^&;#\s\"']*))")
 
 
 class InvalidSourceUrl(ValueError):
     """The URL cannot name a camera; the message never quotes the URL (it may hold a password)."""
 
 
+def _secret_pairs(text: str) -> list[re.Match[str]]:
+    return [m for m in _QUERY_PAIR.finditer(text) if SECRET_QUERY_KEY.search(unquote_plus(m["key"]))]
+
+
+def _mask_secret_pairs(text: str) -> str:
+    def mask(match: re.Match[str]) -> str:
+        if SECRET_QUERY_KEY.search(unquote_plus(match["key"])):
+            return match[0][:match.start("value") - match.start()] + MASK
+        return match[0]
+
+    return _QUERY_PAIR.sub(mask, text)
+
+
 def redact_url(url: str) -> str:
-    """The URL with its password replaced by ``***`` (user and host stay, so it can still be recognised); a
-    userinfo with no password (``rtsp://token@host``) is taken for a token and masked whole."""
+    """The URL with its password replaced by ``***`` (user and host stay, so it can still be recognised), and the
+    value of every secret-looking query or path parameter too (``?password=***``, ``;auth=***``); a userinfo
+    with no password (``rtsp://token@host``) is taken for a token and masked whole."""
     parts = urlsplit(url)
     userinfo, at, hostport = parts.netloc.rpartition("@")
-    if not at or not userinfo:
-        return url
-    if ":" not in userinfo:
-        return urlunsplit(parts._replace(netloc=f"{MASK}@{hostport}"))
-    user = userinfo.split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostport}"))
+    if at and userinfo:
+        shown = f"{MASK}@{hostport}" if ":" not in userinfo else f"{userinfo.split(':', 1)[0]}:{MASK}@{hostport}"
+        url = urlunsplit(parts._replace(netloc=shown))
+    return _mask_secret_pairs(url)
 
 
 def url_secrets(url: str) -> tuple[str, ...]:
-    """The password (or the token of a password-less userinfo) in ``url``, as written and percent-decoded
-    (FFmpeg may quote either)."""
-    userinfo, at, _ = urlsplit(url).netloc.rpartition("@")
-    if not at:
-        return ()
-    secret = userinfo.split(":", 1)[1] if ":" in userinfo else userinfo
-    return tuple(s for s in {secret, unquote(secret)} if s)
+    """The password (or the token of a password-less userinfo) and the values of secret-looking query and path
+    parameters in ``url``, each as written and percent-decoded (FFmpeg may quote either)."""
+    parts = urlsplit(url)
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    written = [userinfo.split(":", 1)[1] if ":" in userinfo else userinfo] if at else []
+    written += [m["value"] for m in _secret_pairs(url[len(parts.scheme) + 3 + len(parts.netloc):])]
+    found = {form for secret in written for form in (secret, unquote(secret), unquote_plus(secret))}
+    return tuple(sorted(s for s in found if s))
 
 
 def redact_text(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """``text`` (an error, a log message) with credentials in URLs and every known secret masked."""
+    """``text`` (an error, a log message, a request line) with credentials in URLs, secret-looking query and
+    path parameters, and every known secret masked."""
     text = _CREDENTIALS.sub(lambda m: m["head"] + MASK + "@", text)
     text = _TOKEN.sub(lambda m: m["head"] + MASK + "@", text)
+    text = _mask_secret_pairs(text)
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text
