@@ -4,12 +4,14 @@ every session and source its timeline recorder (``storage`` config)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from pydantic import BaseModel, Field
 
 from pipelines.errors import parse_number
@@ -122,12 +124,26 @@ def _media_file(store: TimelineStore, relative: str | None) -> tuple[Path, os.st
         return None
 
 
-def _range_unsatisfiable(request: web.Request, size: int, mtime: float) -> bool:
-    """Whether FileResponse would answer 416, decided as it does (it sends an empty body; Vigil's 416 carries its
-    JSON error): a malformed Range, or one that starts at or past the end. A stale If-Range means no range."""
-    if_range = request.if_range
-    if if_range is not None and mtime > if_range.timestamp():
-        return False
+def _if_range_holds(request: web.Request, stat: os.stat_result) -> bool:
+    """Whether a Range may be served (RFC 9110 13.1.5): no If-Range, or one naming this file, by its strong ETag
+    (aiohttp's FileResponse sends ``"<mtime_ns>-<size>"``) or exactly its Last-Modified date (to the second, as
+    sent). A weak, other or unreadable validator means the client's copy is not this file: 200, all of it."""
+    given = request.headers.get(hdrs.IF_RANGE)
+    if given is None:
+        return True
+    given = given.strip()
+    if given.startswith(("W/", '"')):
+        return given == f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
+    moment = request.if_range
+    return moment is not None and math.ceil(stat.st_mtime) == moment.timestamp()  # aiohttp sends it rounded up
+
+
+def _range_unsatisfiable(request: web.Request, size: int) -> bool:
+    """Whether the Range cannot be served, decided here as FileResponse would (it sends an empty body; Vigil's 416
+    carries its JSON error): a malformed Range, one that starts at or past the end, or a zero-length suffix
+    (``bytes=-0``, which aiohttp reads as ``bytes=0-``; RFC 9110 14.1.3: unsatisfiable)."""
+    if re.fullmatch(r"\s*bytes\s*=\s*-0+\s*", request.headers.get(hdrs.RANGE, ""), re.IGNORECASE):
+        return True
     try:
         wanted = request.http_range
     except ValueError:
@@ -137,6 +153,23 @@ def _range_unsatisfiable(request: web.Request, size: int, mtime: float) -> bool:
     return wanted.start >= size
 
 
+class _DecidedFile(web.FileResponse):
+    """A FileResponse whose If-Range was decided here (``_if_range_holds``; FileResponse knows no ETags there, and
+    compares dates to the sub-second mtime): it is prepared for the request without If-Range, and without its
+    Range when ``whole`` (200, the whole file)."""
+
+    def __init__(self, path: Path, *, whole: bool, headers: dict[str, str]) -> None:
+        super().__init__(path, headers=headers)
+        self._whole = whole
+
+    async def prepare(self, request: web.BaseRequest) -> Any:
+        headers = request.headers.copy()
+        headers.popall(hdrs.IF_RANGE, None)
+        if self._whole:
+            headers.popall(hdrs.RANGE, None)
+        return await super().prepare(request.clone(headers=headers))
+
+
 async def _file(request: web.Request, which: Literal["clip", "snapshot"], content_type: str) -> web.FileResponse:
     store, entry = await _entry_or_404(request)
     found = await asyncio.to_thread(_media_file, store, entry.clip if which == "clip" else entry.snapshot)
@@ -144,11 +177,14 @@ async def _file(request: web.Request, which: Literal["clip", "snapshot"], conten
         state = f" (clip {entry.clip_state})" if which == "clip" else ""
         raise ApiError("not_found", f"this event has no {which}{state}")
     path, stat = found
-    if _range_unsatisfiable(request, stat.st_size, stat.st_mtime):
+    headers = {"Content-Type": content_type, "Cache-Control": "private, max-age=3600"}
+    if not _if_range_holds(request, stat):
+        return _DecidedFile(path, whole=True, headers=headers)
+    if _range_unsatisfiable(request, stat.st_size):
         raise ApiError("range_not_satisfiable", f"the requested range is not within the {which}'s "
                        f"{stat.st_size} bytes", headers={"Content-Range": f"bytes */{stat.st_size}"})
     # FileResponse answers Range requests (206 with the requested bytes), so a browser can seek in the clip.
-    return web.FileResponse(path, headers={"Content-Type": content_type, "Cache-Control": "private, max-age=3600"})
+    return _DecidedFile(path, whole=False, headers=headers)
 
 
 async def get_event_clip(request: web.Request) -> web.FileResponse:

@@ -248,7 +248,8 @@ async def test_events_on_one_frame_share_a_snapshot_and_clip_until_the_last_is_d
         assert status == 200 and len(clip) > 1000
 
         for media_file, size in (("clip.mp4", len(clip)), ("snapshot.jpg", len(snapshot))):
-            for past_the_end in (f"bytes={size}-", "bytes=999999999-", "bytes=999999999-999999999"):
+            for past_the_end in (f"bytes={size}-", "bytes=999999999-", "bytes=999999999-999999999",
+                                 "bytes=-0"):  # an empty suffix: unsatisfiable (RFC 9110 14.1.3), not the whole file
                 status, body, headers = await _get(http, f"{events}/{door['id']}/{media_file}",
                                                    headers={"Range": past_the_end})
                 assert status == 416 and headers["Content-Range"] == f"bytes */{size}", (media_file, past_the_end)
@@ -257,6 +258,14 @@ async def test_events_on_one_frame_share_a_snapshot_and_clip_until_the_last_is_d
         status, part, _ = await _get(http, f"{events}/{door['id']}/clip.mp4",
                                      headers={"Range": f"bytes={len(clip) - 1}-"})
         assert status == 206 and part == clip[-1:]  # the last byte is still within
+        # If-Range (RFC 9110 13.1.5): the range only while the file is the one the client names, else all of it, 200
+        status, _, served = await _get(http, f"{events}/{door['id']}/clip.mp4")
+        for validator, expected in ((served["ETag"], 206), (served["Last-Modified"], 206), ('"not-this-one"', 200),
+                                    (f"W/{served['ETag']}", 200), ("Mon, 01 Jan 2001 00:00:00 GMT", 200),
+                                    ("garbage", 200)):
+            status, body, headers = await _get(http, f"{events}/{door['id']}/clip.mp4",
+                                               headers={"Range": "bytes=0-99", "If-Range": validator})
+            assert (status, body) == (expected, clip[:100] if expected == 206 else clip), (validator, status)
 
         async with http.delete(f"{events}/{door['id']}") as response:
             assert response.status == 204
