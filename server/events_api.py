@@ -41,6 +41,8 @@ class EventInfo(BaseModel):
     has_snapshot: bool
     clip_start_pts: float | None
     clip_duration_s: float | None
+    clip_error: str | None = Field(None, description="Why the clip is failed (e.g. the server stopped before it "
+                                   "was written).")
     clip_url: str | None = None
     snapshot_url: str | None = None
 

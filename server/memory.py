@@ -35,6 +35,7 @@ from server.state import SETTINGS
 log = logging.getLogger(__name__)
 
 MEMORY = web.AppKey("memory", MemoryIndex)
+MEMORY_CATCH_UP = web.AppKey("memory_catch_up", asyncio.Task)  # indexing what the last run missed (start-up)
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 SEARCH_PARAMS = frozenset({"q", "source", "session", "kind", "since", "until", "limit", "mode"})
 MODES: tuple[SearchMode, ...] = ("hybrid", "keyword", "vector")
@@ -105,15 +106,31 @@ def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers)
             await index.open()
         except Exception:
             log.exception("memory: cannot open the index at start-up; the first entry to index tries again")
-        store.add_listener(TimelineFeed(index.add, asyncio.get_running_loop(), event_names=config.event_names))
+        feed = TimelineFeed(index.add, asyncio.get_running_loop(), event_names=config.event_names)
+        store.add_listener(feed)
         store.add_delete_listener(index.forget_events)  # a deleted or expired timeline entry leaves memory too
+        # What the timeline committed but memory never indexed (the last run died with entries queued): in the
+        # background, after the live feed is listening (both are idempotent), so start-up does not wait for it.
+        catch_up = asyncio.create_task(index.catch_up(store.entries_after, feed.backlog), name="memory:catch-up")
+        app[MEMORY_CATCH_UP] = catch_up
+        catch_up.add_done_callback(_log_catch_up_failure)
 
     async def close(app: web.Application) -> None:
+        catch_up = app.get(MEMORY_CATCH_UP)
+        if catch_up is not None and not catch_up.done():
+            catch_up.cancel()
+            await asyncio.gather(catch_up, return_exceptions=True)
         await index.close()
 
     app.on_startup.append(start)
     app.on_cleanup.append(close)
     return index
+
+
+def _log_catch_up_failure(task: asyncio.Task[int]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("memory: catching up with the timeline failed (the next start tries again)",
+                  exc_info=task.exception())
 
 
 def _index(request: web.Request) -> MemoryIndex:

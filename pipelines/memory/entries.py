@@ -25,6 +25,7 @@ class MemoryEntry:
     document_id: str | None = None  # a document chunk: its document
     meta: dict[str, Any] = field(default_factory=dict)  # anything else worth showing (turn, zone, chunk index...)
     id: int | None = None  # assigned by the store
+    timeline_seq: int | None = None  # the timeline entry's commit order (how far memory got: see feed.py)
 
 
 @dataclass(slots=True)

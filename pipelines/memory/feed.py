@@ -70,7 +70,7 @@ def memory_entry(entry: TimelineEntry) -> MemoryEntry:
         track_ids = [data["track_id"]] if isinstance(data.get("track_id"), int) else []
     return MemoryEntry(
         kind=entry.kind, text=text, source=entry.source, session=entry.source, media_time=entry.pts,
-        wall_time=entry.wall_ts, event_id=entry.id,
+        wall_time=entry.wall_ts, event_id=entry.id, timeline_seq=entry.seq,
         # The entry's clip is served at /api/events/{id}/clip.mp4 once written (pending until then).
         clip_id=entry.id if entry.clip_state in ("pending", "ready") else None,
         labels=labels, track_ids=track_ids, meta=meta,
@@ -93,6 +93,24 @@ class TimelineFeed:
         entries = [e for e in entries if e.text and self._new_scene(e)]
         if entries and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._add, entries)
+
+    def backlog(self, committed: Sequence[TimelineEntry],
+                last_scene: Callable[[str], str | None]) -> tuple[list[MemoryEntry], int]:
+        """Catching up (``MemoryIndex.catch_up``, blocking): the entries the live feed would have indexed, and the
+        last seq looked at. A scene counts as changed against the last one memory holds for its source
+        (``last_scene``), not the live feed's own (another thread's)."""
+        scenes: dict[str, str | None] = {}
+        kept: list[MemoryEntry] = []
+        for entry in (memory_entry(e) for e in committed if self._wanted(e)):
+            if not entry.text:
+                continue
+            if entry.kind == "scene":
+                previous = scenes[entry.source] if entry.source in scenes else last_scene(entry.source)
+                if previous == entry.text:
+                    continue
+                scenes[entry.source] = entry.text
+            kept.append(entry)
+        return kept, max((e.seq or 0 for e in committed), default=0)
 
     def _wanted(self, entry: TimelineEntry) -> bool:
         return entry.kind != "event" or any(fnmatchcase(entry.name, p) for p in self._event_names)

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
@@ -35,6 +35,7 @@ from pipelines.memory.store import EntryStore
 log = logging.getLogger(__name__)
 
 SearchMode = Literal["hybrid", "keyword", "vector"]
+T = TypeVar("T")
 
 ENTRIES = Counter("vigil_memory_entries_total", "Entries indexed in memory, by kind.", ["kind"])
 DROPPED = Counter("vigil_memory_dropped_total", "Entries refused because the memory's queue was full.")
@@ -108,6 +109,9 @@ class MemoryIndex:
         self._worker: asyncio.Task[None] | None = None
         self._forgotten: OrderedDict[str, None] = OrderedDict()  # event ids (any thread; under _forget_lock)
         self._forget_lock = threading.Lock()
+        # While catching up, live entries newer than the catch-up's position must not move the timeline mark
+        # past entries it has not indexed yet: only the catch-up moves it.
+        self._catching_up = False
         self.dropped = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -248,7 +252,16 @@ class MemoryIndex:
         if not entries:
             return []
         store, embedder, vectors = self._open()
-        ids = store.add(entries)  # the record first: a failure below is repaired on the next open
+        # Idempotent: a timeline entry reaches memory once, whether by the live feed or by catching up after a crash.
+        stored = store.stored_events([e.event_id for e in entries if e.event_id is not None])
+        if stored:
+            if not self._catching_up:
+                store.advance_timeline_seq(max((e.timeline_seq or 0 for e in entries), default=0))
+            entries = [e for e in entries if e.event_id not in stored]
+            if not entries:
+                return []
+        # The record first: a failure below is repaired on the next open.
+        ids = store.add(entries, advance=not self._catching_up)
         try:
             vectors.add(entries, embedder.embed([e.text for e in entries]))
         except Exception:
@@ -258,6 +271,35 @@ class MemoryIndex:
         for entry in entries:
             ENTRIES.labels(kind=entry.kind).inc()
         return ids
+
+    # ------------------------------------------------------------------ catching up with the timeline
+
+    async def catch_up(self, read_after: Callable[[int, int], Sequence[T]],
+                       select: Callable[[Sequence[T], Callable[[str], str | None]], tuple[list[MemoryEntry], int]],
+                       batch: int = 500) -> int:
+        """Index what the timeline committed that memory never got (the process died with entries still queued
+        here, or memory was off): ``read_after(seq, limit)`` gives timeline entries after ``seq`` in commit order;
+        ``select(entries, last_scene)`` maps them as the live feed does (``last_scene(source)``: the scene text
+        memory holds last) and says the last seq it looked at. From the mark the store keeps (``timeline_seq``);
+        idempotent (entries already held are skipped). Returns how many were indexed."""
+        def step(after: int) -> tuple[list[MemoryEntry], int] | None:
+            found = read_after(after, batch)
+            return select(found, self._open_store().last_scene) if found else None
+
+        loop = asyncio.get_running_loop()
+        after = await loop.run_in_executor(self._writer, lambda: self._open_store().timeline_seq())
+        indexed = 0
+        self._catching_up = True
+        try:
+            while (selected := await asyncio.to_thread(step, after)) is not None:
+                entries, after = selected
+                indexed += len(await self.add_now(entries)) if entries else 0
+                await loop.run_in_executor(self._writer, self._open_store().advance_timeline_seq, after)
+        finally:
+            self._catching_up = False
+        if indexed:
+            log.info("memory: indexed %d timeline entries it had missed (a crash, or memory was off)", indexed)
+        return indexed
 
     # ------------------------------------------------------------------ search
 

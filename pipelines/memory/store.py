@@ -30,6 +30,7 @@ CREATE INDEX IF NOT EXISTS entries_document ON entries (document_id);
 CREATE INDEX IF NOT EXISTS entries_event ON entries (event_id);
 CREATE INDEX IF NOT EXISTS entries_unindexed ON entries (indexed) WHERE indexed = 0;
 CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5(text, tokenize = 'porter unicode61');
+CREATE TABLE IF NOT EXISTS progress (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 
 # Words that match nearly every entry: left out of the keyword query (BM25 would weigh them low anyway, but they
@@ -116,8 +117,9 @@ class EntryStore:
 
     # ------------------------------------------------------------------ writes
 
-    def add(self, entries: Sequence[MemoryEntry]) -> list[int]:
-        """Store entries (and their keyword index) in one transaction; sets and returns their ids."""
+    def add(self, entries: Sequence[MemoryEntry], advance: bool = True) -> list[int]:
+        """Store entries (and their keyword index) in one transaction; sets and returns their ids. ``advance``:
+        move the timeline mark to the newest of them (the live feed, which comes in commit order)."""
         db = self._db()
         ids = []
         with db:
@@ -131,7 +133,41 @@ class EntryStore:
                 e.id = int(cursor.lastrowid or 0)
                 db.execute("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", (e.id, e.text))
                 ids.append(e.id)
+            # In the same transaction: every timeline entry up to the mark is stored (the feed is in commit order).
+            if advance:
+                self._advance_timeline_seq(db, max((e.timeline_seq or 0 for e in entries), default=0))
         return ids
+
+    def _advance_timeline_seq(self, db: sqlite3.Connection, seq: int) -> None:
+        if seq > 0:
+            db.execute("INSERT INTO progress (name, value) VALUES ('timeline_seq', ?) ON CONFLICT (name) DO UPDATE "
+                       "SET value = max(value, excluded.value)", (seq,))
+
+    def advance_timeline_seq(self, seq: int) -> None:
+        """Every timeline entry up to ``seq`` is in memory, or was not meant to be (filtered out)."""
+        db = self._db()
+        with db:
+            self._advance_timeline_seq(db, seq)
+
+    def timeline_seq(self) -> int:
+        """The timeline's commit order up to which memory has everything (0: nothing yet)."""
+        row = self._db().execute("SELECT value FROM progress WHERE name = 'timeline_seq'").fetchone()
+        return int(row[0]) if row else 0
+
+    def last_scene(self, source: str) -> str | None:
+        """The text of the newest scene summary held for a source."""
+        row = self._db().execute("SELECT text FROM entries WHERE kind = 'scene' AND source = ? ORDER BY wall_time "
+                                 "DESC, id DESC LIMIT 1", (source,)).fetchone()
+        return row[0] if row else None
+
+    def stored_events(self, event_ids: Sequence[str]) -> set[str]:
+        """Which of these timeline entries memory already holds."""
+        found: set[str] = set()
+        for start in range(0, len(event_ids), 500):  # SQLite's bound-parameter limit
+            part = list(event_ids[start:start + 500])
+            found.update(r[0] for r in self._db().execute(
+                f"SELECT event_id FROM entries WHERE event_id IN ({','.join('?' * len(part))})", part))
+        return found
 
     def mark_indexed(self, ids: Iterable[int]) -> None:
         db = self._db()

@@ -260,7 +260,8 @@ class TimelineRecorder:
         start = stream_s - self.settings.pre_s
         items = self._packets.since(start) if self.mode == "packets" else self._frames.since(start)
         if not items:  # the stream's first keyframe has not arrived yet: no clip, and nothing wrong with storage
-            self.store.update_media(ids, clip_state="failed", on_failure=self._report)
+            self.store.update_media(ids, clip_state="failed", clip_error="no video had arrived yet",
+                                    on_failure=self._report)
             return
         clip_start = items[0][0]
         end = min(stream_s + self.settings.post_s, clip_start + self.settings.max_s)
@@ -345,7 +346,7 @@ class TimelineRecorder:
 
     def _media_failed(self, ids: list[str], reason: str) -> None:
         self._report(f"cannot record the event clip: {reason}")
-        self.store.update_media(ids, clip_state="failed", on_failure=self._report)
+        self.store.update_media(ids, clip_state="failed", clip_error=reason[:500], on_failure=self._report)
 
     def _clip_ready(self, pending: _PendingClip, event_ids: list[str], duration: float) -> None:
         if self._pipeline is None:

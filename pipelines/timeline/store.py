@@ -11,6 +11,11 @@ snapshots exceed ``quota_bytes``, the oldest clips first (their entries stay, wi
 share one clip (an event during another's ``post_s``) or one snapshot (events on the same frame): a file goes when
 the last entry that names it does. A file no entry names (its events were deleted while it was being written, or a
 crash) is removed when its write commits, or by retention once it is ``ORPHAN_AGE_S`` old.
+
+After a crash (SIGKILL, power cut) ``open`` settles every clip left ``pending``: no recorder of this process can
+finish it. A clip file that was fully written (its rename to ``.mp4``, or its entry's update, never happened) is
+kept when it decodes, and its entries become ``ready``; any other pending clip becomes ``failed`` with the reason
+in ``clip_error`` (a clip is muxed in one go once its ``post_s`` has passed, so a crash usually leaves nothing).
 """
 
 from __future__ import annotations
@@ -63,7 +68,8 @@ CREATE TABLE IF NOT EXISTS entries (
     clip_state TEXT NOT NULL DEFAULT 'none',  -- none | pending | ready | failed | deleted
     clip_start_pts REAL,
     clip_duration_s REAL,
-    snapshot TEXT              -- relative path of the JPEG
+    snapshot TEXT,             -- relative path of the JPEG
+    clip_error TEXT            -- why the clip is failed
 );
 CREATE INDEX IF NOT EXISTS entries_by_time ON entries (wall_ts, seq);
 CREATE INDEX IF NOT EXISTS entries_by_source ON entries (source, seq);
@@ -97,7 +103,8 @@ class TimelineEntry:
     clip_start_pts: float | None = None
     clip_duration_s: float | None = None
     snapshot: str | None = None
-    seq: int | None = None
+    seq: int | None = None  # the store's commit order (set once stored)
+    clip_error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -105,7 +112,7 @@ class TimelineEntry:
             "source_name": self.source_name, "wall_ts": self.wall_ts, "pts": self.pts, "text": self.text,
             "data": self.data, "clip_state": self.clip_state, "has_clip": self.clip is not None,
             "has_snapshot": self.snapshot is not None, "clip_start_pts": self.clip_start_pts,
-            "clip_duration_s": self.clip_duration_s,
+            "clip_duration_s": self.clip_duration_s, "clip_error": self.clip_error,
         }
 
 
@@ -117,6 +124,7 @@ class _MediaUpdate:
     clip_start_pts: float | None = None
     clip_duration_s: float | None = None
     snapshot: str | None = None
+    clip_error: str | None = None
     # Called on the writer thread once the update is committed, with the ids it updated (some may have been
     # deleted meanwhile); not called when none was left.
     on_committed: Callable[[list[str]], None] | None = None
@@ -137,12 +145,34 @@ class _Retention:
 _Item = tuple[TimelineEntry | _MediaUpdate | _Retention, FailureCallback | None]
 
 
+CRASH_CLIP_ERROR = "the server stopped before this clip was written"
+
+
+def decodable_duration(path: Path) -> float | None:
+    """The video's duration in seconds if the file opens as a finished container and its first frame decodes, else
+    None (an MP4 cut short has no index: it does not open)."""
+    import av  # deferred: only crash recovery needs it here
+
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                return None
+            stream = container.streams.video[0]
+            next(container.decode(stream))
+            if stream.duration is not None and stream.time_base is not None:
+                return float(stream.duration * stream.time_base)
+            return container.duration / av.time_base if container.duration else 0.0
+    except (av.FFmpegError, OSError, ValueError, StopIteration):
+        return None
+
+
 def _row_entry(row: sqlite3.Row) -> TimelineEntry:
     return TimelineEntry(
         kind=row["kind"], name=row["name"], source=row["source"], origin=row["origin"], wall_ts=row["wall_ts"],
         pts=row["pts"], data=json.loads(row["data"]), text=row["text"], source_name=row["source_name"],
         id=row["id"], clip_state=row["clip_state"], clip=row["clip"], clip_start_pts=row["clip_start_pts"],
         clip_duration_s=row["clip_duration_s"], snapshot=row["snapshot"], seq=row["seq"],
+        clip_error=row["clip_error"],
     )
 
 
@@ -191,7 +221,10 @@ class TimelineStore:
                 (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
             self._conn = self._connect()
             self._conn.executescript(_SCHEMA)
+            if "clip_error" not in {row["name"] for row in self._conn.execute("PRAGMA table_info(entries)")}:
+                self._conn.execute("ALTER TABLE entries ADD COLUMN clip_error TEXT")  # a store made before it
             self._reader = self._connect()
+            self.recover_pending_clips()
         except (OSError, sqlite3.Error) as error:
             self.open_error = f"timeline storage unavailable ({self.data_dir}): {error}"
             log.error("%s; events are sent live only", self.open_error)
@@ -343,23 +376,76 @@ class TimelineStore:
 
     def _insert(self, e: TimelineEntry) -> None:
         assert self._conn is not None
-        self._conn.execute(
+        e.seq = self._conn.execute(
             "INSERT INTO entries (id, kind, name, source, origin, source_name, wall_ts, pts, text, data, clip,"
             " clip_state, clip_start_pts, clip_duration_s, snapshot) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (e.id, e.kind, e.name, e.source, e.origin, e.source_name, e.wall_ts, e.pts, e.text,
              json.dumps(e.data, default=str), e.clip, e.clip_state, e.clip_start_pts, e.clip_duration_s,
              e.snapshot),
-        )
+        ).lastrowid  # listeners (memory) keep track of how far they got by it
 
     def _update(self, u: _MediaUpdate) -> None:
         assert self._conn is not None
-        values = {k: getattr(u, k) for k in ("clip", "clip_state", "clip_start_pts", "clip_duration_s", "snapshot")
-                  if getattr(u, k) is not None}
+        values = {k: getattr(u, k) for k in ("clip", "clip_state", "clip_start_pts", "clip_duration_s", "snapshot",
+                                             "clip_error") if getattr(u, k) is not None}
         if not values:
             return
         assignments = ", ".join(f"{column} = ?" for column in values)
         u.updated = [entry_id for entry_id in u.ids if self._conn.execute(
             f"UPDATE entries SET {assignments} WHERE id = ?", (*values.values(), entry_id)).rowcount]
+
+    # ------------------------------------------------------------------ crash recovery (open)
+
+    def recover_pending_clips(self) -> tuple[int, int]:
+        """Settle the clips a crash left ``pending`` (call before any recorder runs: none of them is still being
+        written). Returns (entries whose clip was kept, entries marked failed)."""
+        assert self._conn is not None
+        rows = self._conn.execute("SELECT id, source, pts FROM entries WHERE clip_state = 'pending' ORDER BY seq")
+        pending = [(row["id"], row["source"], row["pts"]) for row in rows.fetchall()]
+        if not pending:
+            return 0, 0
+        kept: dict[str, tuple[str, float]] = {}  # entry id -> (clip, duration)
+        heads: dict[str, tuple[float | None, str, float]] = {}  # source -> the latest clip kept: (pts, clip, s)
+        for entry_id, source, pts in pending:
+            relative = f"clips/{entry_id}.mp4"  # a clip is named after its first event
+            duration = self._finish_clip_file(relative)
+            if duration is not None:
+                heads[source] = (pts, relative, duration)
+                kept[entry_id] = (relative, duration)
+                continue
+            head = heads.get(source)  # a later event of a kept clip (it joined while the clip was recorded)
+            if head is not None and head[0] is not None and pts is not None and head[0] <= pts <= head[0] + head[2]:
+                kept[entry_id] = (head[1], head[2])
+        failed = [entry_id for entry_id, _, _ in pending if entry_id not in kept]
+        with _transaction(self._conn):
+            for entry_id, (relative, duration) in kept.items():
+                self._conn.execute("UPDATE entries SET clip = ?, clip_state = 'ready', clip_duration_s = ?"
+                                   " WHERE id = ?", (relative, round(duration, 3), entry_id))
+            self._conn.executemany(
+                "UPDATE entries SET clip_state = 'failed', clip_error = ? WHERE id = ?",
+                [(CRASH_CLIP_ERROR, entry_id) for entry_id in failed])
+        log.warning("timeline: %d clip(s) left pending by the last run: %d entries kept a clip written before it "
+                    "stopped, %d marked failed", len(pending), len(kept), len(failed))
+        return len(kept), len(failed)
+
+    def _finish_clip_file(self, relative: str) -> float | None:
+        """The duration of the clip at ``relative`` (or its ``.part``, renamed into place) if it decodes; a part
+        that does not is removed. None: no usable clip."""
+        final = self.data_dir / relative
+        partial = final.with_name(final.name + ".part")
+        for path in (final, partial):
+            if not path.is_file():
+                continue
+            duration = decodable_duration(path)
+            if duration is None:
+                log.info("timeline: %s does not decode (cut short by a crash): removed", path.name)
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                continue
+            if path == partial:
+                partial.replace(final)
+            return duration
+        return None
 
     # ------------------------------------------------------------------ reads (blocking: call on a thread)
 
@@ -383,6 +469,12 @@ class TimelineStore:
         with self._reading() as conn:
             rows = conn.execute(f"SELECT * FROM entries WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
                                 (*args, limit)).fetchall()
+        return [_row_entry(row) for row in rows]
+
+    def entries_after(self, seq: int, limit: int) -> list[TimelineEntry]:
+        """Entries committed after ``seq``, in commit order (memory catching up after a crash)."""
+        with self._reading() as conn:
+            rows = conn.execute("SELECT * FROM entries WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit)).fetchall()
         return [_row_entry(row) for row in rows]
 
     def get(self, entry_id: str) -> TimelineEntry | None:
