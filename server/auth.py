@@ -18,8 +18,11 @@ DELEGATED_PREFIXES = ("/v1/",)
 
 
 def bearer_token(header: str) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` value (HTTP header or gRPC metadata), or None."""
-    return header[7:].strip() if header.lower().startswith("bearer ") else None
+    """The token of an ``Authorization: Bearer <token>`` value (HTTP header or gRPC metadata), or None. The
+    scheme is matched case-insensitively (RFC 9110 11.1) and any whitespace may follow it: the one parser for
+    /api, /v1 and gRPC alike."""
+    parts = header.split(None, 1)
+    return parts[1].strip() if len(parts) == 2 and parts[0].lower() == "bearer" else None
 
 
 def presented_token(request: web.Request) -> str | None:

@@ -115,6 +115,11 @@ async def test_auth_token_is_required_everywhere_when_set(vigil):
     assert status == 200 and health["sessions"] == 0 and health["version"]
     status, _ = await _request("GET", f"{server.url}/api/sessions?token=s3cret")
     assert status == 200
+    # The scheme is case-insensitive (RFC 9110 11.1), on /api and on /v1 alike, and so is the space after it.
+    for scheme in ("Bearer", "bearer", "BEARER", "bEaReR", "Bearer ", "bearer\t"):
+        for path in ("/api/sessions", "/v1/models"):
+            status, body = await _request("GET", server.url + path, headers={"Authorization": f"{scheme} s3cret"})
+            assert status == 200, (scheme, path, body)
     with pytest.raises(VigilError) as rejected:
         await VigilClient(server.url, token="nope").connect()
     assert rejected.value.status == 401
