@@ -186,6 +186,23 @@ async def read_json_body(request: web.Request, model: type[M], *, require_conten
     return validate_json(raw, model)
 
 
+async def read_body(request: web.Request, limit: int, *, code: str = "body_too_large",
+                    what: str = "request body") -> bytes:
+    """The body, read in chunks up to a route's own ``limit`` (a 413 ``code`` beyond it, declared or not):
+    ``request.read()`` applies the app-wide ``server.max_body_bytes`` (aiohttp's ``client_max_size``), which a
+    route with a larger documented limit (a document) must not inherit."""
+    if request.content_length is not None and request.content_length > limit:
+        raise ApiError(code, f"the {what} is {request.content_length} bytes; the limit is {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(code, f"the {what} is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def validate_json(raw: bytes, model: type[M]) -> M:
     """A body already read, parsed by the one JSON parser and validated against ``model``: any parse failure is
     400 ``invalid_json``, a validation error ``invalid_body`` (whose message names fields, never echoes input)."""

@@ -27,7 +27,7 @@ from pipelines.memory.vectors import MilvusVectors
 from pipelines.serving.chat import ChatInput
 from server.config import Settings
 from server.engines import ENGINES
-from server.errors import ApiError, validate_json
+from server.errors import ApiError, read_body, validate_json
 from server.events_api import TIMELINE
 from server.sessions import Analyzers
 from server.state import SETTINGS
@@ -294,16 +294,8 @@ async def add_document(request: web.Request) -> web.Response:
     settings: Settings = request.app[SETTINGS]
     limits = settings.memory.documents
     collection = _collection(request)
-    if request.content_length is not None and request.content_length > limits.max_document_bytes:
-        raise ApiError("document_too_large",
-                       f"the document is {request.content_length} bytes; the limit is {limits.max_document_bytes}")
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise ApiError("document_too_large", "request body too large") from None
-    if len(raw) > limits.max_document_bytes:
-        raise ApiError("document_too_large",
-                       f"the document is {len(raw)} bytes; the limit is {limits.max_document_bytes}")
+    # Its own limit, not server.max_body_bytes (256 KiB), which request.read() would apply first.
+    raw = await read_body(request, limits.max_document_bytes, code="document_too_large", what="document")
     if request.content_type == "application/json":
         body = validate_json(raw, DocumentBody)  # the one JSON parser: invalid_json 400, invalid_body 422
     elif request.content_type in ("text/plain", "text/markdown"):

@@ -372,3 +372,30 @@ async def test_a_document_collection_answers_chat_questions_and_deletes_cleanly(
         async with http.post(f"{server.url}/v1/chat/completions", json=question) as response:
             answer = await response.json()
         assert all("4817" not in s["text"] for s in answer["vigil"]["sources"]), answer["vigil"]
+
+
+async def test_a_document_has_its_own_body_limit_not_the_servers(vigil, tmp_path: Path):
+    """memory.documents.max_document_bytes (1 MB by default) applies to documents, not server.max_body_bytes
+    (256 KiB by default): a 300 KB body is accepted; over 1 MB is a 413, declared or streamed (chunked)."""
+    server = await vigil(memory=_memory(tmp_path))
+    assert server.settings.server.max_body_bytes < 300_000 < server.settings.memory.documents.max_document_bytes
+    base = f"{server.url}/api/collections/big/documents"
+    text = "The spare key for the loading bay is in the blue box by the fire door."
+    body = json.dumps({"name": "padded.md", "text": text})
+    padded = body[:-1] + " " * (300_000 - len(body)) + "}"  # JSON whitespace: 300 KB to read, one chunk to embed
+    async with aiohttp.ClientSession() as http:
+        async with http.post(base, data=padded, headers={"Content-Type": "application/json"}) as response:
+            assert response.status == 201, await response.text()
+        too_big = b"word " * 220_000  # 1.1 MB
+
+        async def streamed():  # no Content-Length: the limit holds as the body arrives
+            for start in range(0, len(too_big), 65536):
+                yield too_big[start:start + 65536]
+
+        for data in (too_big, streamed()):
+            async with http.post(f"{base}?name=huge.txt", data=data,
+                                 headers={"Content-Type": "text/plain"}) as response:
+                body = await response.json()
+                assert (response.status, body["error"]["code"]) == (413, "document_too_large"), body
+        status, found = await _search(http, server.url, q="spare key loading bay", kind="document", mode="keyword")
+        assert status == 200 and [r["text"] for r in found["results"]] == [text], found
