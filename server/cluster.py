@@ -115,6 +115,7 @@ class ClusterNode:
     """This process as a cluster member. ``start`` on the app's startup, ``leave`` on its shutdown."""
 
     EXPIRY_MARGIN_S = 0.005  # look just after a lease's expiry, not just before it
+    MIN_PASS_INTERVAL_S = 0.05  # never two passes closer than this, whatever asked for the next one
 
     def __init__(self, app: web.Application, settings: Settings) -> None:
         assert settings.cluster.redis_url is not None
@@ -157,8 +158,9 @@ class ClusterNode:
         self._task = asyncio.create_task(self._run(), name="cluster")
 
     async def _run(self) -> None:
+        failed = False
         while True:
-            delay = self._next_pass_in()
+            delay = self._next_pass_in(failed)
             trigger = "lease_expiry" if delay < self.config.heartbeat_s else "heartbeat"
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
@@ -167,8 +169,14 @@ class ClusterNode:
                 pass
             self._wake.clear()
             PASSES.labels(trigger=trigger).inc()
-            with contextlib.suppress(ClusterUnavailable):
+            started = time.monotonic()
+            try:
                 await self.tick()
+                failed = False
+            except ClusterUnavailable:
+                failed = True
+            # A pass asked for at once (a state change, a lease just out) still waits out the minimum interval.
+            await asyncio.sleep(max(0.0, self.MIN_PASS_INTERVAL_S - (time.monotonic() - started)))
 
     def _source_state_changed(self, source_id: str, state: SourceState) -> None:
         """A source running here changed state (e.g. live after a takeover): publish it now, not a heartbeat
@@ -176,14 +184,18 @@ class ClusterNode:
         if source_id in self.local_specs:
             self._wake.set()
 
-    def _next_pass_in(self) -> float:
+    def _next_pass_in(self, failed: bool = False) -> float:
         """One pass every ``heartbeat_s``, and one right after another node's lease runs out: a lease lapses only
         when its owner stopped renewing it for ``lease_s`` (as strict as before), but the source then moves at once
-        instead of up to a heartbeat later."""
+        instead of up to a heartbeat later. After a failed pass (Redis unreachable) the expiry seen before is
+        stale, and may lie in the past (a pass every few ms, ~170 failed passes a second): back to the heartbeat,
+        which is also how soon the node rejoins once Redis is back."""
         delay = self.config.heartbeat_s
-        if self._lease_expires_at is not None:
+        if failed:
+            self._lease_expires_at = None
+        elif self._lease_expires_at is not None:
             delay = min(delay, max(0.0, self._lease_expires_at - time.monotonic()) + self.EXPIRY_MARGIN_S)
-        return delay
+        return max(delay, self.MIN_PASS_INTERVAL_S)
 
     async def leave(self) -> None:
         """On shutdown (SIGTERM included): hand the sources over, then leave the cluster."""
