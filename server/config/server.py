@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -15,3 +16,6 @@ class ServerSettings(Section):
     max_body_bytes: int = Field(256 * 1024, ge=1024, description="Largest accepted HTTP request body.")
     web_root: Path = Field(REPO_ROOT / "web", description="Directory the dashboard is served from.")
     shutdown_timeout_s: float = Field(5.0, gt=0)
+    event_loop: Literal["uvloop", "asyncio"] = Field(
+        "uvloop", description="The event loop `vigil serve` runs on: uvloop reads every session's media with far "
+                              "less overhead per datagram than asyncio's selector loop (bench/survival.py).")
