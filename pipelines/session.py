@@ -277,6 +277,11 @@ class SessionPipeline:
         if self.timeline is not None:
             await self.timeline.close()
         self.send(Metrics, media=self.counts.model_copy(deep=True))
+        # The analysers and the recorder hold this pipeline and its sink holds the session: nothing is sent after
+        # close, so cut those cycles and an ended session is freed now, not by a full collection (issue 23).
+        self.timeline = None
+        self._audio_analyzer = CountingOnlyAudioAnalyzer()
+        self._emit = _closed_sink
 
     # ------------------------------------------------------------------ messages
 
@@ -325,11 +330,11 @@ class SessionPipeline:
         return self.config
 
     def _schedule_metrics(self) -> None:
-        def tick() -> None:
+        def tick() -> None:  # a fresh closure each time: one that named itself would be a cycle (issue 23)
             if self._closed:
                 return
             self.send(Metrics, media=self.counts.model_copy(deep=True))
-            self._metrics_timer = self.clock.call_later(self._metrics_interval_s, tick)
+            self._schedule_metrics()
 
         self._metrics_timer = self.clock.call_later(self._metrics_interval_s, tick)
 
@@ -461,6 +466,10 @@ class SessionPipeline:
                 self.error("analysis_failed", f"audio processing failed: {error}")
             finally:
                 self._audio_queue.task_done()
+
+
+def _closed_sink(message: ServerMessage) -> None:
+    log.debug("message after close dropped: %s", message.type)  # type: ignore[attr-defined]
 
 
 async def pump_track(track: Any, feed: Callable[[Any], Awaitable[None]]) -> None:

@@ -341,6 +341,9 @@ class TimelineStore:
                     self._idle.notify_all()
             if stop:
                 return
+            # Waiting for the next entry, hold no callback of the last batch: each is a recorder of some session,
+            # which would outlive its close until then (issue 23).
+            first = item = batch = None  # type: ignore[assignment]
 
     def _commit(self, batch: list[_Item]) -> None:
         assert self._conn is not None

@@ -247,13 +247,26 @@ class VoiceLoop:
             await self._on_vad_frame(chunk, float(probability))
 
     async def close(self) -> None:
-        if self._speculation is not None:
-            self._speculation.cancel()
-        for task in [self._reply_task, self._partial_task, self._turn_check, self._early.task if self._early else None,
-                     *self._finishing]:
+        tasks = [self._reply_task, self._partial_task, self._turn_check, self._early.task if self._early else None,
+                 self._speculation.task if self._speculation else None, *self._finishing]
+        for task in tasks:
             if task is not None:
                 task.cancel()
         self.output_track.stop()
+        # Let them end, then drop every reference to them and to our own methods: a finished task's traceback
+        # holds this loop, and the reply track holds its callbacks, cycles that kept an ended session (its
+        # resampler's filter graph and threads) alive until a full garbage collection (issue 23).
+        pending = [task for task in tasks if task is not None and not task.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=5.0)
+        self._reply_task = self._partial_task = self._turn_check = None
+        self._early = self._speculation = None
+        self._turn = self._replying = self._unheard = None
+        self._finishing.clear()
+        track = self.output_track
+        track.on_first_audio = track.on_silence_after_flush = track.on_drained = None
+        self.context_provider = None
+        self._pipeline = None
 
     async def say_text(self, text: str) -> None:
         """A typed user turn (gRPC Converse): no VAD or STT, otherwise answered like a spoken turn. It interrupts
