@@ -1,0 +1,145 @@
+"""Soak: does a server stay the same size after many sessions? (issue 23: memory grew with every session)
+
+A ``vigil serve`` child process with the default config (default CPU models, voice, memory and storage on; its data
+dirs in a temporary folder; only the offer rate limit raised, and ICE on loopback) and, in this process, one aiortc
+client with audio (a live microphone: silence, paced in real time) and video (pre-encoded VP8 at 10 fps, as
+``bench/capacity.py`` sends it) that connects, streams for ``--hold-s``, DELETEs its session, hangs up and waits
+``--gap-s``, ``--cycles`` times. Every ``--every`` cycles it prints the server's RSS, OS threads and open fds (from
+/proc); at the end the growth since the warm-up (``--warmup`` cycles), the sessions the server still lists
+(``GET /api/sessions``) and the cycles that failed. Goal: RSS growth < 20 MB after warm-up, threads flat, 0 sessions
+left, 0 failures.
+
+    make bench BENCH=soak ARGS="--cycles 200"
+    python -m bench.soak --vigil-root /tmp/vigil-before   # serve another checkout (e.g. before a fix)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench.capacity import CAMERA_FPS, PrecodedVideoTrack, precoded_vp8
+from server.client import VigilClient
+from server.ice import restrict_host_addresses
+from tests.support.audio import ScriptedMicrophone
+from tests.support.browser import REPO_ROOT, VigilProcess
+
+VIDEO_SIZE = (640, 360)
+
+
+def process_figures(pid: int) -> dict[str, float]:
+    """RSS (MB), OS threads and open fds of a process, read from /proc."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return {"rss_mb": int(fields["VmRSS"].split()[0]) / 1024, "threads": int(fields["Threads"]),
+            "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+async def one_cycle(url: str, packets: list[bytes], hold_s: float) -> None:
+    client = VigilClient(url)
+    video, microphone = PrecodedVideoTrack(packets, CAMERA_FPS), ScriptedMicrophone()
+    try:
+        await client.connect([microphone, video])
+        await asyncio.sleep(hold_s)
+    finally:
+        await client.close(grace=2.0)
+        video.stop()
+        microphone.stop()
+
+
+async def listed_sessions(url: str) -> list[dict[str, Any]]:
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/api/sessions") as response:
+        response.raise_for_status()
+        return (await response.json())["sessions"]
+
+
+async def soak(args: argparse.Namespace, workdir: Path) -> None:
+    config: dict[str, Any] = {
+        "webrtc": {"host_addresses": ["127.0.0.1"],
+                   "offer_rate_limit": {"requests": 1_000_000, "window_s": 60.0}},  # one client, many offers
+        "grpc": {"port": 0},
+        "memory": {"enabled": True, "data_dir": str(workdir / "memory")},  # the default, but not in the checkout
+        "storage": {"data_dir": str(workdir / "timeline")},
+    }
+    restrict_host_addresses(["127.0.0.1"])  # aioice offers no loopback candidate otherwise
+    packets = precoded_vp8(VIDEO_SIZE, CAMERA_FPS)
+    server = await asyncio.to_thread(VigilProcess(workdir, config, root=args.vigil_root).start)
+    assert server.process is not None
+    pid = server.process.pid
+    print(f"vigil serve from {args.vigil_root} (default config, offer rate limit raised) at {server.url}; client: "
+          f"audio (live microphone, silence) + video (VP8 {VIDEO_SIZE[0]}x{VIDEO_SIZE[1]} at {CAMERA_FPS} fps); "
+          f"{args.cycles} cycles of {args.hold_s:g} s connected + {args.gap_s:g} s apart", flush=True)
+    print(f"{'cycle':>6} {'RSS MB':>8} {'threads':>8} {'fds':>5} {'failures':>9} {'elapsed s':>10}", flush=True)
+    failures: list[str] = []
+    started = time.monotonic()
+    start_figures = process_figures(pid)
+    warm: dict[str, float] | None = None
+    peak_threads = 0.0
+
+    def show(cycle: int) -> dict[str, float]:
+        figures = process_figures(pid)
+        print(f"{cycle:>6} {figures['rss_mb']:>8.1f} {figures['threads']:>8.0f} {figures['fds']:>5.0f} "
+              f"{len(failures):>9} {time.monotonic() - started:>10.0f}", flush=True)
+        return figures
+
+    try:
+        show(0)
+        for cycle in range(1, args.cycles + 1):
+            try:
+                await asyncio.wait_for(one_cycle(server.url, packets, args.hold_s), args.hold_s + 60)
+            except Exception as error:  # every failure is counted and shown; the soak goes on
+                failures.append(f"cycle {cycle}: {error!r}"[:300])
+                print(f"  failure: {failures[-1]}", flush=True)
+            await asyncio.sleep(args.gap_s)
+            if cycle % 20 == 0:
+                gc.collect()  # the client's own aiortc objects, not the server's
+            if cycle > args.warmup:
+                peak_threads = max(peak_threads, process_figures(pid)["threads"])
+            if cycle == args.warmup:
+                warm = show(cycle)
+            elif cycle % args.every == 0 or cycle == args.cycles:
+                show(cycle)
+        await asyncio.sleep(2.0)  # closes in flight finish
+        left = await listed_sessions(server.url)
+        end = process_figures(pid)
+    finally:
+        server.stop()
+    base = warm or start_figures
+    since = f"after the {args.warmup}-cycle warm-up" if warm else "since start (no warm-up reached)"
+    print(f"\nRSS {start_figures['rss_mb']:.1f} MB at start, {base['rss_mb']:.1f} after warm-up, "
+          f"{end['rss_mb']:.1f} at the end: growth {since} {end['rss_mb'] - base['rss_mb']:+.1f} MB")
+    print(f"OS threads {start_figures['threads']:.0f} at start, {base['threads']:.0f} after warm-up, "
+          f"{end['threads']:.0f} at the end (peak after warm-up {peak_threads:.0f}): growth "
+          f"{end['threads'] - base['threads']:+.0f}")
+    print(f"open fds {start_figures['fds']:.0f} at start, {base['fds']:.0f} after warm-up, {end['fds']:.0f} at the end")
+    print(f"sessions left open: {len(left)}; failures: {len(failures)} of {args.cycles} cycles")
+    for failure in failures[:20]:
+        print(f"  {failure}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cycles", type=int, default=1000, help="connect/disconnect cycles (default 1000)")
+    parser.add_argument("--warmup", type=int, default=40, help="growth is measured from this cycle on")
+    parser.add_argument("--every", type=int, default=20, help="print the server's figures every N cycles")
+    parser.add_argument("--hold-s", type=float, default=0.5, help="seconds each session stays connected")
+    parser.add_argument("--gap-s", type=float, default=0.5, help="seconds between sessions")
+    parser.add_argument("--vigil-root", type=Path, default=REPO_ROOT, help="the checkout to serve")
+    args = parser.parse_args()
+    os.environ.setdefault("VIGIL_GRPC__PORT", "0")
+    with tempfile.TemporaryDirectory(prefix="vigil-soak-") as workdir:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(soak(args, Path(workdir)))
+
+
+if __name__ == "__main__":
+    main()
