@@ -35,21 +35,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import av
 import cv2
-from aiortc import MediaStreamTrack
 from prometheus_client.parser import text_string_to_metric_families
 
 from server.client import VigilClient
 from server.ice import restrict_host_addresses
 from tests.support.audio import Recorder, ScriptedMicrophone, silence, speech
 from tests.support.browser import REPO_ROOT, VigilProcess
-from tests.support.media import letterbox, real_image
+from tests.support.media import PrecodedVideoTrack, precoded_vp8, real_image
 
 QUESTIONS = ["How many people do you see?", "What is the weather like today?", "Is anyone at the door?",
              "What color is the sky?", "Can you see a car outside?", "How are you today?"]
@@ -58,54 +55,6 @@ CAMERA_FPS = 10
 
 
 # ---------------------------------------------------------------------- 1. capacity
-
-
-def precoded_vp8(size: tuple[int, int], fps: int) -> list[bytes]:
-    """The clip (3 s of bus.jpg, 3 s of zidane.jpg), VP8-encoded ONCE here, a keyframe every second (so a loop
-    restarts on a keyframe, and a receiver that lost a packet recovers within a second)."""
-    pictures = [letterbox(real_image(name), size) for name in ("bus", "zidane") for _ in range(3 * fps)]
-    codec = av.CodecContext.create("libvpx", "w")
-    codec.width, codec.height, codec.pix_fmt = size[0], size[1], "yuv420p"
-    codec.time_base, codec.framerate, codec.gop_size = Fraction(1, fps), Fraction(fps), fps
-    codec.bit_rate = 1_000_000
-    packets: list[bytes] = []
-    for index, picture in enumerate(pictures):
-        frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
-        frame.pts, frame.time_base = index, Fraction(1, fps)
-        packets += [bytes(packet) for packet in codec.encode(frame)]
-    packets += [bytes(packet) for packet in codec.encode(None)]
-    assert len(packets) == len(pictures), "one VP8 packet per picture"
-    return packets
-
-
-class PrecodedVideoTrack(MediaStreamTrack):
-    """A camera that costs the client nothing: pre-encoded VP8 packets, looped, paced at ``fps`` on a fixed
-    schedule (a late send is followed by the next on time, never by a burst), timestamps always increasing.
-    aiortc's sender packetizes an ``av.Packet`` without encoding it. Counts what it sent."""
-
-    kind = "video"
-
-    def __init__(self, packets: list[bytes], fps: int) -> None:
-        super().__init__()
-        self.packets, self.fps = packets, fps
-        self.index = 0
-        self.started: float | None = None
-        self.sent: list[float] = []
-
-    async def recv(self) -> av.Packet:
-        loop = asyncio.get_running_loop()
-        if self.started is None:
-            self.started = loop.time()
-        due = self.started + self.index / self.fps
-        if due > loop.time():
-            await asyncio.sleep(due - loop.time())
-        elif loop.time() - due > 1.0:  # more than a second behind (a starved client): skip ahead to a keyframe
-            self.index += self.fps - self.index % self.fps
-        packet = av.Packet(self.packets[self.index % len(self.packets)])
-        packet.pts, packet.time_base = self.index, Fraction(1, self.fps)
-        self.index += 1
-        self.sent.append(time.perf_counter())
-        return packet
 
 
 STAGES = ("frames_in", "frames_sampled", "frames_analyzed", "frames_dropped")

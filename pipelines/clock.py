@@ -71,3 +71,26 @@ class VirtualClock:
             self._now = max(self._now, deadline)
             callback()
         self._now = max(self._now, when)
+
+
+class ArrivalDelay:
+    """How late a live track's frames reach the pipeline, judged by their own timestamps: arrival time minus media
+    time, above the least seen (the path's fixed delay). It grows when the server reads its sockets or decodes
+    more slowly than media arrives (the state in which ICE consent replies wait behind media and sessions drop).
+    The floor may rise by ``drift_per_s`` so that a sender's clock running slow is not read as delay."""
+
+    def __init__(self, drift_per_s: float = 0.001) -> None:
+        self.drift_per_s = drift_per_s
+        self.seconds = 0.0
+        self._floor: float | None = None
+        self._last_arrival: float | None = None
+
+    def observe(self, media_s: float, arrival_s: float) -> float:
+        offset = arrival_s - media_s
+        if self._floor is None or offset < self._floor:
+            self._floor = offset
+        elif self._last_arrival is not None:
+            self._floor = min(offset, self._floor + self.drift_per_s * (arrival_s - self._last_arrival))
+        self._last_arrival = arrival_s
+        self.seconds = offset - self._floor
+        return self.seconds

@@ -22,7 +22,7 @@ from aiortc.mediastreams import MediaStreamError
 from pydantic import ValidationError
 
 from pipelines import telemetry
-from pipelines.clock import Clock, Timer
+from pipelines.clock import ArrivalDelay, Clock, Timer
 from pipelines.errors import ApiError, describe_validation_error, parse_json
 from pipelines.protocol import (
     ConfigRequest,
@@ -239,6 +239,8 @@ class SessionPipeline:
         self._audio_queue: asyncio.Queue[tuple[av.AudioFrame, float]] = asyncio.Queue(audio_queue_frames)
         self._video_time = _TrackTime()
         self._audio_time = _TrackTime()
+        self._video_delay = ArrivalDelay()
+        self._audio_delay = ArrivalDelay()
         self._metrics_interval_s = metrics_interval_s
         self._metrics_timer: Timer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -363,6 +365,11 @@ class SessionPipeline:
 
         self._tasks.append(asyncio.create_task(drain(), name=f"{self.session_id}:playout"))
 
+    @property
+    def media_delay_s(self) -> float:
+        """How far behind its media this session's input runs now (live tracks; 0 until frames arrive)."""
+        return max(self._video_delay.seconds, self._audio_delay.seconds)
+
     def add_track(self, kind: str) -> None:
         if kind not in self.tracks:
             self.tracks.append(kind)
@@ -373,6 +380,8 @@ class SessionPipeline:
         pts = self._video_time.of(frame)
         if self.clock.virtual:
             self.clock.advance_to(pts)  # type: ignore[attr-defined]
+        else:
+            self._video_delay.observe(pts, time.monotonic())
         self.counts.video.frames_in += 1
         self._metrics.frames_in.inc()
         if self.timeline is not None:
@@ -394,6 +403,8 @@ class SessionPipeline:
         pts = self._audio_time.of(frame)
         if self.clock.virtual:
             self.clock.advance_to(pts)  # type: ignore[attr-defined]
+        else:
+            self._audio_delay.observe(pts, time.monotonic())
         self.counts.audio.frames_in += 1
         self.counts.audio.samples_in += frame.samples
         self.counts.audio.seconds_in = round(self.counts.audio.samples_in / (frame.sample_rate or 1), 6)

@@ -86,7 +86,17 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None,
     app.cleanup_ctx.append(_watch_event_loop)
     setup_grpc(app, settings, engines)
     setup_probes(app)  # last: ready once every start-up step above has run
+    app.on_startup.append(_start_load_monitor)  # after start-up's own work, which is not the sessions' load
+    app.on_cleanup.append(_stop_load_monitor)
     return app
+
+
+async def _start_load_monitor(app: web.Application) -> None:
+    app[SESSIONS].start_load_monitor()
+
+
+async def _stop_load_monitor(app: web.Application) -> None:
+    await app[SESSIONS].load.close()
 
 
 async def _watch_event_loop(app: web.Application) -> AsyncIterator[None]:
@@ -101,4 +111,5 @@ def run(settings: Settings, analyzers: Analyzers | None = None) -> None:
     app = create_app(settings, analyzers)
     log.info("Vigil listening on http://%s:%s/", settings.server.host, settings.server.port)
     serve_forever(app, settings.server.host, settings.server.port,
-                  shutdown_timeout=settings.server.shutdown_timeout_s, print=lambda text: print(text, flush=True))
+                  shutdown_timeout=settings.server.shutdown_timeout_s, print=lambda text: print(text, flush=True),
+                  event_loop=settings.server.event_loop)

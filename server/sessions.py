@@ -29,6 +29,7 @@ from pipelines.session import (
     pump_track,
 )
 from server import __version__
+from server.admission import LoopLoadMonitor
 from server.config import Settings
 from server.jitter import lower_audio_latency
 from server.metrics import SESSIONS
@@ -180,6 +181,7 @@ class SessionRegistry:
         self._reserved = 0
         self._offer_rate = InProcessRateLimiter()
         self.timeline: TimelineFactory | None = None
+        self.load = LoopLoadMonitor()
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -197,6 +199,16 @@ class SessionRegistry:
             for s in self.settings.webrtc.ice_servers
         ]
         return RTCConfiguration(iceServers=servers)
+
+    def _young(self) -> int:
+        """Sessions too new to show in the measured load (offers being answered count too)."""
+        since = time.time() - self.load.window_s
+        return self._reserved + sum(1 for session in self.sessions.values() if session.created_at > since)
+
+    def start_load_monitor(self) -> None:
+        self.load.start(settled=lambda: len(self.sessions) + self._reserved - self._young(),
+                        media_delay_s=lambda: max((s.pipeline.media_delay_s for s in self.sessions.values()),
+                                                  default=0.0))
 
     @property
     def occupied(self) -> int:
@@ -220,9 +232,12 @@ class SessionRegistry:
         The offer is checked and its slot reserved before the first await, so concurrent offers cannot
         overshoot ``sessions.max_sessions``."""
         check_connectable_offer(sdp)
-        if self.occupied >= self.settings.sessions.max_sessions:
-            raise OfferRejected(429, "too_many_sessions",
-                                f"session limit reached ({self.settings.sessions.max_sessions})")
+        limits = self.settings.sessions
+        if self.occupied >= limits.max_sessions:
+            raise OfferRejected(429, "too_many_sessions", f"session limit reached ({limits.max_sessions})")
+        if refusal := self.load.refusal(self._young(), limits.max_loop_load, limits.max_media_delay_s,
+                                        limits.busy_retry_after_s):
+            raise OfferRejected(503, "server_busy", refusal.message, retry_after_s=refusal.retry_after_s)
         self._reserved += 1
         try:
             return await self._open(sdp, config)
