@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.capacity import cpu_seconds, lag_since, loop_lag
+from bench.capacity import cpu_seconds, export_revision, lag_since, loop_lag
 from tests.support.browser import REPO_ROOT, VigilProcess
 from tests.support.live_sessions import CAMERA_FPS, SIZE
 
@@ -89,14 +89,29 @@ async def step(server: VigilProcess, count: int, seconds: float) -> dict[str, An
     return result
 
 
+def checkouts(specs: list[str], workdir: Path) -> list[tuple[Path, str]]:
+    """What to serve: ``--vigil-root`` DIR or DIR@REV (a commit of this checkout, served from an export)."""
+    roots = [(REPO_ROOT, "this checkout")]
+    for spec in specs:
+        roots.append(export_revision(spec.split("@", 1)[1], workdir) if "@" in spec else (Path(spec).resolve(), spec))
+    return roots
+
+
 async def main(opts: argparse.Namespace) -> None:
-    levels = [int(n) for n in opts.sessions.split(",")]
     workdir = Path(tempfile.mkdtemp(prefix="vigil-survival-"))
+    roots = await asyncio.to_thread(checkouts, opts.vigil_root, workdir)
+    for root, label in reversed(roots):  # the other revisions first, this checkout last
+        await serve_steps(opts, workdir, root, label)
+
+
+async def serve_steps(opts: argparse.Namespace, workdir: Path, root: Path, label: str) -> None:
+    levels = [int(n) for n in opts.sessions.split(",")]
     config: dict[str, Any] = {"webrtc": {"host_addresses": ["127.0.0.1"], "offer_rate_limit": None},
                               "grpc": {"port": 0}, "memory": {}}  # {}: the default memory section, as served
-    server = await asyncio.to_thread(VigilProcess(workdir, config).start)
-    print(f"vigil serve (default config) at {server.url}; each session: VP8 {SIZE[0]}x{SIZE[1]} at {CAMERA_FPS} "
-          f"fps (pre-encoded) + a microphone (Opus, low noise), {opts.seconds:g} s, all clients in one child process")
+    server = await asyncio.to_thread(VigilProcess(workdir, config, root=root).start)
+    print(f"\nvigil serve ({label}, default config) at {server.url}; each session: VP8 {SIZE[0]}x{SIZE[1]} at "
+          f"{CAMERA_FPS} fps (pre-encoded) + a microphone (Opus, low noise), {opts.seconds:g} s, all clients in one "
+          "child process")
     print(f"{'sessions':>8} {'alive':>6} {'detections/s per session (min..max)':>38} {'ping p95 ms':>12}  "
           "one more offer mid-run")
     largest = 0
@@ -125,13 +140,15 @@ async def main(opts: argparse.Namespace) -> None:
                 print(f"{'':>10}{len(left)} session(s) still open on the server after the clients left")
     finally:
         server.stop()
-    print(f"largest N of live audio+video sessions all alive for {opts.seconds:g} s: {largest}")
+    print(f"{label}: largest N of live audio+video sessions all admitted and alive for {opts.seconds:g} s: {largest}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", default="4,8,12", help="steps: numbers of sessions, comma-separated")
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--vigil-root", action="append", default=[], metavar="DIR[@REV]",
+                        help="also serve another checkout, or a commit of this one (e.g. .@4de2fbe), before this one")
     return parser.parse_args(argv)
 
 
