@@ -25,7 +25,7 @@ def test_the_existing_keys_still_mean_what_they_meant():
 def test_a_backend_refuses_the_keys_it_does_not_use():
     with pytest.raises(ConfigError, match="imgsz"):
         load_settings(None, {"models": {"detector": {"backend": "opencv-ssd", "imgsz": 320}}})
-    with pytest.raises(ConfigError, match=r"'tpu'.*'none', 'opencv-ssd', 'triton', 'yolo'"):
+    with pytest.raises(ConfigError, match=r"'tpu'.*'none', 'opencv-ssd', 'openvino', 'triton', 'yolo'"):
         load_settings(None, {"models": {"detector": {"backend": "tpu"}}})
 
 

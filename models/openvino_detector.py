@@ -1,0 +1,177 @@
+"""YOLO (detect or pose) on Intel's OpenVINO runtime (CPU), behind the detector protocol.
+
+The IR is made offline from the weights (the packaged yolo11n-pose.pt by default) by Ultralytics' own exporter
+(``export(format="openvino", dynamic=True)``, ~5 s) into a cache directory keyed by the weights' hash, on the first
+load. Pre- and post-processing are Ultralytics' own, as its predictor applies them to the torch model: the same
+letterbox (the smallest stride-32 rectangle when every image of a batch has one shape, else the square ``imgsz``),
+the same NMS, the same box and keypoint rescaling, so detections compare with the ``yolo`` backend's.
+
+The IR's input is dynamic; each input shape gets its own static compiled model (0.2 s to compile here, and ~1.5x
+faster than running the dynamic model), a few kept per detector (a camera's frames keep one shape).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+
+from models.detector import Detection
+from models.packaged import ModelNotAvailable
+from models.yolo import resolve_weights
+
+log = logging.getLogger(__name__)
+
+Precision = Literal["auto", "f32", "bf16"]
+COMPILED_SHAPES = 8  # input shapes kept compiled (one per camera resolution, plus the square batch shape)
+
+
+def default_threads() -> int:
+    """One core left to the voice loop and the event loop: max(1, usable cores - 1)."""
+    return max(1, len(os.sched_getaffinity(0)) - 1)
+
+
+def export_ir(weights: str | None, cache_dir: str | Path) -> Path:
+    """The OpenVINO IR directory of ``weights`` (a .pt, exported once into ``cache_dir``; or an IR directory,
+    used as is). Blocking; seconds on the first call, then a lookup. Never downloads: Ultralytics' OpenVINO
+    exporter needs only the ``openvino`` package."""
+    if weights is not None and Path(weights).expanduser().is_dir():
+        directory = Path(weights).expanduser()
+        if not any(directory.glob("*.xml")):
+            raise ModelNotAvailable(f"{directory} holds no OpenVINO IR (.xml): export one or point "
+                                    "models.detector.weights at a .pt file")
+        return directory
+    source = resolve_weights(weights)
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    target = Path(cache_dir).expanduser() / f"{source.stem}-{digest}_openvino_model"
+    if any(target.glob("*.xml")):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    from ultralytics import YOLO
+
+    log.info("exporting %s to OpenVINO IR in %s (once)", source.name, target)
+    # Ultralytics writes the IR beside the weights (the packaged ones live in site-packages): export a copy, in
+    # the cache's own folder so the final rename stays on one file system.
+    with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent) as tmp:
+        copy = Path(shutil.copy(source, Path(tmp) / source.name))
+        exported = Path(YOLO(str(copy)).export(format="openvino", dynamic=True, half=False, device="cpu",
+                                               verbose=False))
+        try:
+            exported.rename(target)
+        except OSError:  # another process exported it meanwhile: theirs is as good
+            if not any(target.glob("*.xml")):
+                raise
+    return target
+
+
+class OpenVinoDetector:
+    """``detect`` is blocking (the batcher runs it on its inference thread)."""
+
+    device = "cpu"
+
+    def __init__(self, weights: str | None = None, *, cache_dir: str | Path, imgsz: int = 640,
+                 conf: float = 0.25, classes: list[int] | None = None, threads: int | None = None,
+                 precision: Precision = "auto", iou: float = 0.7, max_det: int = 300) -> None:
+        import openvino as ov
+
+        directory = export_ir(weights, cache_dir)
+        xml = next(directory.glob("*.xml"))
+        metadata: dict[str, Any] = yaml.safe_load((directory / "metadata.yaml").read_text()) or {}
+        self.task: str = metadata.get("task", "detect")
+        self.names: dict[int, str] = {int(k): str(v) for k, v in (metadata.get("names") or {}).items()}
+        self.kpt_shape: tuple[int, int] = tuple(metadata.get("kpt_shape") or (17, 3))  # type: ignore[assignment]
+        self.stride = int(metadata.get("stride", 32))
+        self.imgsz, self.conf, self.classes, self.iou, self.max_det = imgsz, conf, classes, iou, max_det
+        self.threads = threads or default_threads()
+        self._core = ov.Core()
+        self._model = self._core.read_model(str(xml))
+        self._properties: dict[str, Any] = {
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_NUM_THREADS": self.threads,
+            # Unpinned: on a CPU shared with the voice loop the scheduler must be free to move our thread.
+            "ENABLE_CPU_PINNING": False,
+        }
+        if precision != "auto":  # auto: the plugin's choice (bf16 where the CPU has it, else f32)
+            self._properties["INFERENCE_PRECISION_HINT"] = precision
+        self._compiled: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self.detect([np.zeros((imgsz, imgsz, 3), np.uint8)])  # warm-up: compiles the square shape
+        square = self._compiled[(1, 3, imgsz, imgsz)]
+        self.precision = square.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # what auto chose: bf16, f32
+        self.name = f"{xml.stem}@{imgsz}/openvino-{self.precision}"
+        log.info("OpenVINO detector %s: %d thread(s)", self.name, self.threads)
+
+    def _compiled_for(self, shape: tuple[int, ...]) -> Any:
+        compiled = self._compiled.get(shape)
+        if compiled is None:
+            model = self._model.clone()
+            model.reshape(list(shape))
+            compiled = self._core.compile_model(model, "CPU", self._properties)
+            self._compiled[shape] = compiled
+            if len(self._compiled) > COMPILED_SHAPES:
+                self._compiled.popitem(last=False)
+        self._compiled.move_to_end(shape)
+        return compiled
+
+    def detect(self, images: list[np.ndarray]) -> list[list[Detection]]:
+        if not images:
+            return []
+        batch = self._preprocess(images)
+        with self._lock:
+            raw = self._compiled_for(batch.shape)(batch)[0]
+        return self._postprocess(raw, batch.shape[2:], [image.shape for image in images])
+
+    def _preprocess(self, images: list[np.ndarray]) -> np.ndarray:
+        from ultralytics.data.augment import LetterBox
+
+        # As Ultralytics' predictor does for a .pt model: a minimal rectangle when the batch has one shape.
+        same_shapes = len({image.shape for image in images}) == 1
+        letterbox = LetterBox((self.imgsz, self.imgsz), auto=same_shapes, stride=self.stride)
+        boxed = np.stack([letterbox(image=image) for image in images])
+        batch = boxed[..., ::-1].transpose(0, 3, 1, 2)  # BGR→RGB, BHWC→BCHW
+        return np.ascontiguousarray(batch, dtype=np.float32) / 255.0
+
+    def _postprocess(self, raw: np.ndarray, input_hw: tuple[int, ...],
+                     shapes: list[tuple[int, ...]]) -> list[list[Detection]]:
+        import torch
+        from ultralytics.utils import nms, ops
+
+        predictions = nms.non_max_suppression(
+            torch.from_numpy(np.array(raw)), self.conf, self.iou, self.classes, False, max_det=self.max_det,
+            nc=len(self.names) if self.task == "pose" else 0,
+        )
+        out: list[list[Detection]] = []
+        for pred, shape in zip(predictions, shapes, strict=True):
+            height, width = shape[:2]
+            boxes = ops.scale_boxes(input_hw, pred[:, :4].clone(), shape).numpy()
+            keypoints = None
+            if self.task == "pose":
+                kpts = pred[:, 6:].view(pred.shape[0], *self.kpt_shape)
+                keypoints = ops.scale_coords(input_hw, kpts.clone(), shape).numpy()
+            scale = np.array([width, height, width, height], dtype=np.float32)
+            detections = []
+            for i, (box, conf, cls) in enumerate(zip(boxes / scale, pred[:, 4].numpy(), pred[:, 5].numpy(),
+                                                     strict=True)):
+                points = None
+                if keypoints is not None:
+                    k = keypoints[i]
+                    conf_k = k[:, 2] if k.shape[1] > 2 else np.ones(len(k))
+                    points = [(float(x / width), float(y / height), float(c))
+                              for (x, y), c in zip(k[:, :2], conf_k, strict=True)]
+                class_id = int(cls)
+                detections.append(Detection(
+                    label=self.names.get(class_id, f"class{class_id}"), class_id=class_id, conf=float(conf),
+                    box=tuple(float(v) for v in np.clip(box, 0.0, 1.0)),  # type: ignore[arg-type]
+                    keypoints=points,
+                ))
+            out.append(detections)
+        return out
