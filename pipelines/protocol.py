@@ -77,10 +77,45 @@ class LineConfig(_Strict, _Announced):
     end: Point
 
 
+class MotionConfig(_Strict):
+    """Motion-gated detection: a sampled frame goes to the detector only when it shows motion, when it is the
+    stream's first, or when a detected object is due for a refresh; any other frame is counted as ``no_motion``."""
+
+    enabled: bool = Field(True, description="Gate the detector on motion; false: every sampled frame is detected.")
+    threshold: int = Field(25, ge=1, le=255, description=(
+        "Grey-level change (0-255, after a blur, against the running background) for a pixel to count as moving; "
+        "higher ignores more sensor noise."))
+    min_area: float = Field(0.001, ge=0, le=1, description=(
+        "Smallest moving blob that counts as motion, as a fraction of the frame's area (0.001: 0.1 %)."))
+    refresh_s: float = Field(5.0, gt=0, le=3600, description=(
+        "While objects are in view, detect at least this often without motion, so a parked car or a seated person "
+        "stays tracked (and stays inside its zones)."))
+    masks: list[list[Point]] = Field(default_factory=list, max_length=32, description=(
+        "Polygons (normalised image coordinates, 3-100 points each) where motion is ignored, e.g. a tree or a "
+        "clock; objects there are still detected when motion elsewhere (or a refresh) runs the detector."))
+
+    @field_validator("masks")
+    @classmethod
+    def _polygons(cls, value: list[list[tuple[float, float]]]) -> list[list[tuple[float, float]]]:
+        for index, polygon in enumerate(value):
+            if not 3 <= len(polygon) <= 100:
+                raise ValueError(f"masks[{index}]: a polygon needs 3 to 100 points, got {len(polygon)}")
+        return value
+
+
+class MotionConfigPatch(_Strict):
+    enabled: bool | None = None
+    threshold: int | None = Field(None, ge=1, le=255)
+    min_area: float | None = Field(None, ge=0, le=1)
+    refresh_s: float | None = Field(None, gt=0, le=3600)
+    masks: list[list[Point]] | None = Field(None, max_length=32)
+
+
 class VideoSessionConfig(_Strict):
     target_fps: float = Field(5.0, gt=0, le=120, description="Frames analysed per second (at most).")
     zones: list[ZoneConfig] = Field(default_factory=list, max_length=32)
     lines: list[LineConfig] = Field(default_factory=list, max_length=32)
+    motion: MotionConfig = Field(default_factory=MotionConfig, description="Motion-gated detection.")
 
 
 class SessionConfig(_Strict):
@@ -91,7 +126,11 @@ class SessionConfig(_Strict):
     def merged(self, patch: SessionConfigPatch) -> SessionConfig:
         data = self.model_dump()
         for section, values in patch.model_dump(exclude_none=True).items():
-            data[section].update(values)
+            for key, value in values.items():
+                if isinstance(value, dict) and isinstance(data[section].get(key), dict):
+                    data[section][key].update(value)  # a nested section (video.motion): only the keys given
+                else:
+                    data[section][key] = value
         return SessionConfig.model_validate(data)
 
 
@@ -99,6 +138,7 @@ class VideoSessionConfigPatch(_Strict):
     target_fps: float | None = Field(None, gt=0, le=120)
     zones: list[ZoneConfig] | None = Field(None, max_length=32)
     lines: list[LineConfig] | None = Field(None, max_length=32)
+    motion: MotionConfigPatch | None = None
 
 
 class SessionConfigPatch(_Strict):
@@ -246,6 +286,8 @@ class VideoCounts(_Outbound):
     frames_sampled: int = 0
     frames_analyzed: int = 0
     frames_dropped: int = Field(0, description="Sampled frames replaced by a newer one before analysis.")
+    frames_no_motion: int = Field(0, description=(
+        "Sampled frames not sent to the detector: no motion, and no object due for a refresh (video.motion)."))
 
 
 class AudioCounts(_Outbound):

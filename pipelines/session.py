@@ -67,15 +67,25 @@ class DetectionResult:
     line_counts: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
+class NoMotion:
+    """What an analyser returns for a sampled frame it skipped (motion gating, ``video.motion``): no detector
+    call, no tracker update, no ``detections`` message; counted as ``frames_no_motion``."""
+
+    __slots__ = ()
+
+
+NO_MOTION = NoMotion()
+
+
 class VideoAnalyzer(Protocol):
     """The seam the video pipeline plugs its detectors into."""
 
     name: str
 
     def configure(self, config: VideoSessionConfig) -> None:
-        """Called at start and whenever the session's video config changes (zones, lines, rate)."""
+        """Called at start and whenever the session's video config changes (zones, lines, rate, motion)."""
 
-    async def analyze(self, sampled: SampledFrame) -> DetectionResult | None: ...
+    async def analyze(self, sampled: SampledFrame) -> DetectionResult | NoMotion | None: ...
 
 
 class AudioAnalyzer(Protocol):
@@ -434,6 +444,10 @@ class SessionPipeline:
             self._video_failure = code
             return
         self._video_failure = None
+        if isinstance(result, NoMotion):
+            self.counts.video.frames_no_motion += 1
+            self._metrics.frames_no_motion.inc()
+            return
         self.counts.video.frames_analyzed += 1
         self._metrics.frames_analyzed.inc()
         if result is None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from prometheus_client import Counter, Histogram
 
 FRAMES = Counter(
-    "vigil_frames_total", "Media frames by origin (webrtc, rtsp, file) and stage.", ["origin", "kind", "stage"]
+    "vigil_frames_total",
+    "Media frames by origin (webrtc, rtsp, file) and stage (in, sampled, analyzed, dropped, no_motion).",
+    ["origin", "kind", "stage"],
 )
 MESSAGES_SENT = Counter("vigil_messages_sent_total", "Protocol messages sent to clients.", ["type"])
 ERRORS = Counter("vigil_errors_total", "Errors reported to clients or logged, by code.", ["code"])
@@ -42,5 +44,6 @@ class PipelineMetrics:
         self.frames_sampled = FRAMES.labels(origin=origin, kind="video", stage="sampled")
         self.frames_analyzed = FRAMES.labels(origin=origin, kind="video", stage="analyzed")
         self.frames_dropped = FRAMES.labels(origin=origin, kind="video", stage="dropped")
+        self.frames_no_motion = FRAMES.labels(origin=origin, kind="video", stage="no_motion")
         self.audio_frames_in = FRAMES.labels(origin=origin, kind="audio", stage="in")
         self.end_to_end_ms = END_TO_END_MS.labels(origin=origin)

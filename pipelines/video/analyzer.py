@@ -1,28 +1,53 @@
-"""The detector-backed video analyser: batched detection, then this stream's own tracker and zones."""
+"""The detector-backed video analyser: motion gating, batched detection, then this stream's own tracker and zones.
+
+Gating (``video.motion``, on by default): a sampled frame goes to the detector when
+
+* it is the stream's first (or the first after a config change),
+* it shows motion (``pipelines.video.motion``: checked on a small grey copy, on the batcher's conversion threads),
+* a confirmed track was lost by the last detection and not yet dropped (an object left or is occluded: follow it
+  at the full rate until it is found again or dropped, so its ``zone.exit`` comes as it would ungated), or
+* objects are in view and the last detection is ``refresh_s`` old (a parked car, a seated person stays tracked).
+
+Any other frame is skipped (``NO_MOTION``): no detector call and no tracker update. ByteTrack ages tracks per
+update, not per second, so a skipped frame leaves tracks, their ids and zone occupancy exactly as they were: a
+still object neither exits nor re-enters its zone across the skipped frames.
+"""
 
 from __future__ import annotations
 
-from pipelines.protocol import VideoSessionConfig
-from pipelines.session import DetectionResult, SampledFrame
+from pipelines.protocol import MotionConfig, VideoSessionConfig
+from pipelines.session import NO_MOTION, DetectionResult, NoMotion, SampledFrame
 from pipelines.video.batcher import InferenceBatcher
+from pipelines.video.motion import MotionDetector
 from pipelines.video.tracking import StreamTracker
 
 
 class DetectorVideoAnalyzer:
-    """One per stream (it owns the stream's tracker state); the batcher and the model are shared."""
+    """One per stream (it owns the stream's tracker and motion state); the batcher and the model are shared."""
 
     def __init__(self, batcher: InferenceBatcher) -> None:
         self.batcher = batcher
         self.name = batcher.detector.name
         self.tracker = StreamTracker([], [])
+        self.motion = MotionDetector()
+        self._motion_config = MotionConfig()
+        self._last_detected: float | None = None  # pts of the last frame sent to the detector
+        self._objects_in_view = False  # the last detection found something (or the tracker holds tracks)
 
     def configure(self, config: VideoSessionConfig) -> None:
         self.tracker.configure(config.zones, config.lines, frame_rate=config.target_fps)
+        self.motion.configure(config.motion)
+        self._motion_config = config.motion
+        self._last_detected = None  # new zones or rules: look at the next frame whatever moves
 
-    async def analyze(self, sampled: SampledFrame) -> DetectionResult:
+    async def analyze(self, sampled: SampledFrame) -> DetectionResult | NoMotion:
+        if self._motion_config.enabled and not await self._worth_detecting(sampled):
+            return NO_MOTION
         result = await self.batcher.detect(sampled.frame, stream=id(self))
         width, height = sampled.frame.width, sampled.frame.height
         events = self.tracker.update(result.detections, width, height, sampled.pts)
+        self._last_detected = sampled.pts
+        self._objects_in_view = bool(result.detections) or self.tracker.tracking
         return DetectionResult(
             width=width,
             height=height,
@@ -33,3 +58,10 @@ class DetectorVideoAnalyzer:
             zone_occupancy=self.tracker.occupancy,
             line_counts=self.tracker.line_counts,
         )
+
+    async def _worth_detecting(self, sampled: SampledFrame) -> bool:
+        # The motion check runs on every sampled frame (off the loop), so the background keeps learning.
+        motion = await self.batcher.offload(self.motion.check, sampled.frame, sampled.pts)
+        if self._last_detected is None or motion.moving or self.tracker.lost:
+            return True
+        return self._objects_in_view and sampled.pts - self._last_detected >= self._motion_config.refresh_s

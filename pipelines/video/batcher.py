@@ -13,8 +13,10 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import av
 import numpy as np
@@ -22,6 +24,7 @@ import numpy as np
 from models.detector import Detection, Detector
 from pipelines import telemetry
 
+T = TypeVar("T")
 
 @dataclass(slots=True)
 class BatchResult:
@@ -86,6 +89,11 @@ class InferenceBatcher:
         assert self._wakeup is not None
         self._wakeup.set()
         return await future
+
+    async def offload(self, work: Callable[..., T], *args: Any) -> T:
+        """Run light per-frame work (a stream's motion check) on the conversion threads: never on the event loop,
+        which reads every session's media."""
+        return await asyncio.get_running_loop().run_in_executor(self._convert, work, *args)
 
     async def close(self) -> None:
         if self._task is not None:

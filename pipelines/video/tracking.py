@@ -149,6 +149,16 @@ class StreamTracker:
         return events
 
     @property
+    def lost(self) -> int:
+        """Confirmed tracks the last update did not see (occluded or gone) and ByteTrack has not dropped yet."""
+        return sum(1 for t in self._tracker.tracks if t.tracker_id >= 0 and t.time_since_update > 0)
+
+    @property
+    def tracking(self) -> bool:
+        """Whether ByteTrack holds any track (confirmed, lost or new)."""
+        return bool(self._tracker.tracks)
+
+    @property
     def occupancy(self) -> dict[str, list[int]]:
         """Zone name -> ids of the tracks inside now (including ones briefly lost but still tracked)."""
         return {zone.name: sorted(inside) for zone, inside in zip(self._zones, self._inside, strict=True)}

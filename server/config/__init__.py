@@ -123,7 +123,7 @@ class Settings(BaseSettings):
 
     def session_defaults(self) -> SessionConfig:
         return SessionConfig.model_validate(
-            {"video": self.video.model_dump(include={"target_fps", "zones", "lines"})}
+            {"video": self.video.model_dump(include={"target_fps", "zones", "lines", "motion"})}
         )
 
     def masked(self) -> dict[str, Any]:

@@ -1,10 +1,10 @@
-"""``video``: the analysis rate, batching, default zones and lines."""
+"""``video``: the analysis rate, batching, default zones and lines, motion gating."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from pipelines.protocol import LineConfig, ZoneConfig
+from pipelines.protocol import LineConfig, MotionConfig, ZoneConfig
 from server.config.base import Section
 
 
@@ -19,3 +19,8 @@ class VideoSettings(Section):
                     "counted). 0: the detector competes equally.")
     zones: list[ZoneConfig] = Field(default_factory=list, description="Default zones for every session/source.")
     lines: list[LineConfig] = Field(default_factory=list, description="Default counting lines.")
+    motion: MotionConfig = Field(
+        default_factory=MotionConfig,
+        description="Motion-gated detection, the default for every session/source (a session may override any key "
+                    "in its video.motion): the detector runs only on frames with motion, a stream's first frame, and "
+                    "every refresh_s while objects are in view; other sampled frames are counted as no_motion.")
