@@ -18,6 +18,10 @@
    .venv-triton; its Python backend runs the ONNX with onnxruntime), batches of 8, alternating A B B A.
 3. Takeover: three light ``vigil serve`` nodes, redis-server and an RTSP camera; a source is SIGKILLed with its
    node, and the time until its results flow again at a client of the new node is measured, several times.
+4. Cameras (``--cameras 1,4,8``, instead of 1-3): N looped real-time file sources made from real photographs
+   (static noisy scenes, a person passing through at known times), per camera the analysed rate while the person is
+   in view, zone-event recall against detection on every frame, static cores ÷ the decode-only floor, and the
+   largest N that holds with one live voice loop: ``bench/cameras.py``.
 
 Note: on a shared machine the figures depend on its load (printed beside them). Run it offline like the tests:
     unshare -n bash -c 'ip link set lo up && .venv/bin/python -m bench.capacity'
@@ -444,6 +448,16 @@ async def main(opts: argparse.Namespace) -> None:
     print(f"load average at start: {' '.join(f'{v:.1f}' for v in os.getloadavg())} ({os.cpu_count()} CPUs)")
     with tempfile.TemporaryDirectory(prefix="vigil-capacity-") as tmp:
         workdir = Path(tmp)
+        if opts.cameras:
+            from bench.cameras import cameras, detector_rate
+
+            detector = {"device": opts.detector_device, "half": opts.half} if opts.detector_device else None
+            if detector:
+                await asyncio.to_thread(detector_rate, opts.detector_device, opts.half, min(opts.seconds, 10.0))
+            await cameras(workdir, opts.cameras, opts.seconds, opts.warmup, opts.turns, detector,
+                          ungated=not opts.no_ungated)
+            print(f"load average at end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+            return
         if "capacity" in opts.parts:
             width, height = (int(v) for v in opts.size.split("x"))
             for nice in opts.inference_nice or [None]:
@@ -470,7 +484,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "config only)")
     parser.add_argument("--turns", type=int, default=5, help="voice turns measured per step")
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds after adding sessions before measuring")
-    parser.add_argument("--seconds", type=float, default=8.0, help="detector throughput: seconds per leg")
+    parser.add_argument("--seconds", type=float, default=8.0,
+                        help="detector throughput: seconds per leg; cameras: seconds measured per phase")
+    parser.add_argument("--cameras", type=lambda text: [int(v) for v in text.split(",")], metavar="N[,N...]",
+                        help="cameras mode (bench/cameras.py) with these numbers of file sources, instead of --parts")
+    parser.add_argument("--detector-device", help="cameras: models.detector.device (e.g. cuda:0), and print the "
+                        "detector's images/s on it first")
+    parser.add_argument("--half", action="store_true", help="cameras: models.detector.half (FP16 on CUDA)")
+    parser.add_argument("--no-ungated", action="store_true",
+                        help="cameras: skip the side-by-side run with video.motion.enabled false")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5, help="takeover: kills measured")
     parser.add_argument("--takeover-baseline", metavar="REV",
