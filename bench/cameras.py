@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import math
@@ -409,8 +410,8 @@ async def reference_events(http: aiohttp.ClientSession, url: str, media: Path, c
 
 
 async def serve_and_measure(workdir: Path, media: Path, label: str, config: dict[str, Any], levels: list[int],
-                            seconds: float, warmup: float, turns: int,
-                            references: dict[int, dict[str, int]] | None) -> tuple[list[Phase], float, dict]:
+                            seconds: float, warmup: float, turns: int, references: dict[int, dict[str, int]] | None,
+                            reference_cameras: int) -> tuple[list[Phase], float, dict[int, dict[str, int]]]:
     """One server: the voice loop's idle baseline, then static, staggered and all-moving phases per N. Returns the
     phases, the idle v2v median and the references (made here when ``references`` is None)."""
     from tests.support.browser import VigilProcess
@@ -422,7 +423,7 @@ async def serve_and_measure(workdir: Path, media: Path, label: str, config: dict
         async with aiohttp.ClientSession() as http:
             if references is None:
                 started = time.perf_counter()
-                references = await reference_events(http, server.url, media, max(levels))
+                references = await reference_events(http, server.url, media, reference_cameras)
                 print(f"[{label}] reference zone events per pass (detection on every sampled frame, as fast as "
                       f"possible, {time.perf_counter() - started:.0f} s): "
                       + ", ".join(f"cam{i} {'/'.join(str(r[n]) for n in ZONE_EVENTS)}"
@@ -565,10 +566,11 @@ async def cameras(workdir: Path, levels: list[int], seconds: float, warmup: floa
     media = workdir / "media"
     media.mkdir(exist_ok=True)
     started = time.perf_counter()
-    for count in levels:
-        for scenario in ("static", "staggered", "moving", "reference"):
-            for camera in range(count):
-                make_clip(media, scenario, camera, count)
+    plans = {clip_plan(scenario, camera, count)[0]: (media, scenario, camera, count) for count in levels
+             for scenario in ("static", "staggered", "moving", "reference") for camera in range(count)}
+    with concurrent.futures.ProcessPoolExecutor(os.cpu_count()) as pool:  # one encoder per core
+        for done in pool.map(make_clip, *zip(*plans.values(), strict=True)):
+            assert (media / done.name).exists()
     print(f"\ncameras: clips made in {time.perf_counter() - started:.0f} s under {media} (640x480 H.264, "
           f"{'/'.join(map(str, FPS_CHOICES))} fps by camera, noise sigma {NOISE_SIGMA:g}, a pass {SLOT_S:g} s, "
           f"zone x 0.4-0.6, target {TARGET_FPS:g} fps)", flush=True)
@@ -600,9 +602,9 @@ async def cameras(workdir: Path, levels: list[int], seconds: float, warmup: floa
             # --no-ungated: the references need detection on every frame, from a server of their own
             print("reference passes from a short-lived ungated server", flush=True)
             _, _, references = await serve_and_measure(workdir, media, "reference", {
-                **base, "video": {"motion": {"enabled": False}}}, [], seconds, warmup, 0, None)
+                **base, "video": {"motion": {"enabled": False}}}, [], seconds, warmup, 0, None, max(levels))
         phases, idle, references = await serve_and_measure(workdir, media, label, config, levels, seconds, warmup,
-                                                           turns, references)
+                                                           turns, references, max(levels))
         runs[label] = (phases, idle)
     print_tables(levels, floors, runs)
     verdicts(levels, floors, runs)
