@@ -443,11 +443,11 @@ class SessionPipeline:
                 self.error(code, f"video analysis failed: {error}")
             self._video_failure = code
             return
-        self._video_failure = None
-        if isinstance(result, NoMotion):
+        if isinstance(result, NoMotion):  # no detector call: says nothing of an ongoing failure's end
             self.counts.video.frames_no_motion += 1
             self._metrics.frames_no_motion.inc()
             return
+        self._video_failure = None
         self.counts.video.frames_analyzed += 1
         self._metrics.frames_analyzed.inc()
         if result is None:
