@@ -4,10 +4,10 @@ A ``vigil serve`` child process with the default config (default CPU models, voi
 dirs in a temporary folder; only the offer rate limit raised, and ICE on loopback) and, in this process, one aiortc
 client with audio (a live microphone: silence, paced in real time) and video (pre-encoded VP8 at 10 fps, as
 ``bench/capacity.py`` sends it) that connects, streams for ``--hold-s``, DELETEs its session, hangs up and waits
-``--gap-s``, ``--cycles`` times. Every ``--every`` cycles it prints the server's RSS, OS threads and open fds (from
-/proc); at the end the growth since the warm-up (``--warmup`` cycles), the sessions the server still lists
-(``GET /api/sessions``) and the cycles that failed. Goal: RSS growth < 20 MB after warm-up, threads flat, 0 sessions
-left, 0 failures.
+``--gap-s``, ``--cycles`` times. Every ``--every`` cycles it prints the server's RSS (anonymous and file-backed), OS
+threads (and their names, counted, with what changed) and open fds (from /proc); at the end the growth since the
+warm-up (``--warmup`` cycles), the sessions the server still lists (``GET /api/sessions``) and the cycles that failed.
+Goal: RSS growth < 20 MB after warm-up, threads flat, 0 sessions left, 0 failures.
 
     make bench BENCH=soak ARGS="--cycles 200"
     python -m bench.soak --vigil-root /tmp/vigil-before   # serve another checkout (e.g. before a fix)
@@ -22,6 +22,7 @@ import gc
 import os
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,22 @@ VIDEO_SIZE = (640, 360)
 
 
 def process_figures(pid: int) -> dict[str, float]:
-    """RSS (MB), OS threads and open fds of a process, read from /proc."""
+    """RSS (MB; its anonymous and file-backed parts: a library's code paged in is file-backed, shared and
+    reclaimable), OS threads and open fds of a process, read from /proc."""
     status = Path(f"/proc/{pid}/status").read_text()
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return {"rss_mb": int(fields["VmRSS"].split()[0]) / 1024, "threads": int(fields["Threads"]),
+    return {"rss_mb": int(fields["VmRSS"].split()[0]) / 1024, "anon_mb": int(fields["RssAnon"].split()[0]) / 1024,
+            "file_mb": int(fields["RssFile"].split()[0]) / 1024, "threads": int(fields["Threads"]),
             "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+def thread_groups(pid: int) -> Counter[str]:
+    """The process's OS threads counted by name (/proc/PID/task/*/comm: Python threads show the process's name)."""
+    groups: Counter[str] = Counter()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended while we looked
+            groups[(task / "comm").read_text().strip()] += 1
+    return groups
 
 
 async def one_cycle(url: str, packets: list[bytes], hold_s: float) -> None:
@@ -78,17 +90,29 @@ async def soak(args: argparse.Namespace, workdir: Path) -> None:
     print(f"vigil serve from {args.vigil_root} (default config, offer rate limit raised) at {server.url}; client: "
           f"audio (live microphone, silence) + video (VP8 {VIDEO_SIZE[0]}x{VIDEO_SIZE[1]} at {CAMERA_FPS} fps); "
           f"{args.cycles} cycles of {args.hold_s:g} s connected + {args.gap_s:g} s apart", flush=True)
-    print(f"{'cycle':>6} {'RSS MB':>8} {'threads':>8} {'fds':>5} {'failures':>9} {'elapsed s':>10}", flush=True)
+    print(f"{'cycle':>6} {'RSS MB':>8} {'anon MB':>8} {'file MB':>8} {'threads':>8} {'fds':>5} {'failures':>9} "
+          f"{'elapsed s':>10}", flush=True)
     failures: list[str] = []
     started = time.monotonic()
     start_figures = process_figures(pid)
     warm: dict[str, float] | None = None
     peak_threads = 0.0
 
+    last_groups: Counter[str] = Counter()
+
     def show(cycle: int) -> dict[str, float]:
-        figures = process_figures(pid)
-        print(f"{cycle:>6} {figures['rss_mb']:>8.1f} {figures['threads']:>8.0f} {figures['fds']:>5.0f} "
+        nonlocal last_groups
+        figures, groups = process_figures(pid), thread_groups(pid)
+        print(f"{cycle:>6} {figures['rss_mb']:>8.1f} {figures['anon_mb']:>8.1f} {figures['file_mb']:>8.1f} "
+              f"{figures['threads']:>8.0f} {figures['fds']:>5.0f} "
               f"{len(failures):>9} {time.monotonic() - started:>10.0f}", flush=True)
+        # which threads came or went since the last report: a step in the count names its owner
+        changes = [f"{name} {groups[name] - last_groups[name]:+d}" for name in sorted(groups | last_groups)
+                   if last_groups and groups[name] != last_groups[name]]
+        listed = ", ".join(f"{name} x{count}" for name, count in groups.most_common())
+        print(f"{'':>6} threads by name: {listed}" + (f" (changed: {', '.join(changes)})" if changes else ""),
+              flush=True)
+        last_groups = groups
         return figures
 
     try:
@@ -116,7 +140,8 @@ async def soak(args: argparse.Namespace, workdir: Path) -> None:
     base = warm or start_figures
     since = f"after the {args.warmup}-cycle warm-up" if warm else "since start (no warm-up reached)"
     print(f"\nRSS {start_figures['rss_mb']:.1f} MB at start, {base['rss_mb']:.1f} after warm-up, "
-          f"{end['rss_mb']:.1f} at the end: growth {since} {end['rss_mb'] - base['rss_mb']:+.1f} MB")
+          f"{end['rss_mb']:.1f} at the end: growth {since} {end['rss_mb'] - base['rss_mb']:+.1f} MB "
+          f"(anonymous {end['anon_mb'] - base['anon_mb']:+.1f}, file-backed {end['file_mb'] - base['file_mb']:+.1f})")
     print(f"OS threads {start_figures['threads']:.0f} at start, {base['threads']:.0f} after warm-up, "
           f"{end['threads']:.0f} at the end (peak after warm-up {peak_threads:.0f}): growth "
           f"{end['threads'] - base['threads']:+.0f}")
