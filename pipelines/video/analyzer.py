@@ -4,6 +4,8 @@ Gating (``video.motion``, on by default): a sampled frame goes to the detector w
 
 * it is the stream's first (or the first after a config change),
 * it shows motion (``pipelines.video.motion``: checked on a small grey copy, on the batcher's conversion threads),
+* the last detection started a new track (ByteTrack gives an id from the second sighting: the next frame confirms
+  it, so a still object's id and ``zone.enter`` come as early as ungated),
 * a confirmed track was lost by the last detection and not yet dropped (an object left or is occluded: follow it
   at the full rate until it is found again or dropped, so its ``zone.exit`` comes as it would ungated), or
 * objects are in view and the last detection is ``refresh_s`` old (a parked car, a seated person stays tracked).
@@ -62,6 +64,6 @@ class DetectorVideoAnalyzer:
     async def _worth_detecting(self, sampled: SampledFrame) -> bool:
         # The motion check runs on every sampled frame (off the loop), so the background keeps learning.
         motion = await self.batcher.offload(self.motion.check, sampled.frame, sampled.pts)
-        if self._last_detected is None or motion.moving or self.tracker.lost:
+        if self._last_detected is None or motion.moving or self.tracker.lost or self.tracker.unconfirmed:
             return True
         return self._objects_in_view and sampled.pts - self._last_detected >= self._motion_config.refresh_s

@@ -154,6 +154,11 @@ class StreamTracker:
         return sum(1 for t in self._tracker.tracks if t.tracker_id >= 0 and t.time_since_update > 0)
 
     @property
+    def unconfirmed(self) -> int:
+        """New tracks seen once: the next update confirms them (an id) or drops them."""
+        return sum(1 for t in self._tracker.tracks if t.tracker_id < 0)
+
+    @property
     def tracking(self) -> bool:
         """Whether ByteTrack holds any track (confirmed, lost or new)."""
         return bool(self._tracker.tracks)

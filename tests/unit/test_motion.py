@@ -78,3 +78,20 @@ def test_a_mask_over_the_moving_region_suppresses_it():
     assert _moving(walk, 30, MotionConfig(masks=[lower])) == [0]
     upper = [(0.0, 0.0), (1.0, 0.0), (1.0, 0.5), (0.0, 0.5)]
     assert _moving(walk, 30, MotionConfig(masks=[upper])) == list(range(30))  # a mask elsewhere changes nothing
+
+
+def test_a_session_changes_only_the_motion_keys_it_names():
+    from pipelines.protocol import SessionConfig, SessionConfigPatch
+
+    server = SessionConfig.model_validate({"video": {"motion": {"threshold": 40, "refresh_s": 10}}})
+    merged = server.merged(SessionConfigPatch.model_validate({"video": {"motion": {"refresh_s": 2}}}))
+    assert (merged.video.motion.threshold, merged.video.motion.refresh_s) == (40, 2)
+    assert merged.merged(SessionConfigPatch.model_validate({"video": {"target_fps": 3}})).video.motion.refresh_s == 2
+
+
+def test_a_mask_needs_three_points():
+    import pydantic
+    import pytest
+
+    with pytest.raises(pydantic.ValidationError, match=r"masks\[0\]: a polygon needs 3 to 100 points"):
+        MotionConfig(masks=[[(0.0, 0.0), (1.0, 1.0)]])
