@@ -50,7 +50,11 @@ import numpy as np
 
 SIZE = (640, 480)
 SLOT_S = 3.0  # one pass: the person's centre crosses the frame from the left edge to the right edge
-MOVING_GAP_S = 1.5  # all moving: the empty scene between two passes
+# After the last pass of a loop, an empty scene longer than the recorder's clip tail (storage.post_s, 3 s): a
+# looping file source closes its clip template when it reopens the file while a clip of the previous loop may
+# still be remuxed from it, and vigil serve segfaulted there (PyAV stream.abi3.so; a timeline bug, reported).
+TAIL_S = 3.5
+MOVING_GAP_S = 0.5  # all moving: the empty scene before the pass
 STATIC_S = 6.0  # length of an empty scene's loop
 REFERENCE_MARGIN_S = 1.0  # reference clips: the empty scene before and after the pass
 FPS_CHOICES = (10, 15)  # source frame rates, alternating by camera (both multiples of the 5 fps target)
@@ -116,9 +120,9 @@ def clip_plan(scenario: str, camera: int, cameras: int) -> tuple[str, int, float
     if scenario == "static":
         return f"static-{camera}.mp4", fps, STATIC_S, None
     if scenario == "staggered":  # camera j's pass in slot j: one camera at a time has someone in view
-        return f"staggered-{cameras}-{camera}.mp4", fps, max(cameras, 2) * SLOT_S, camera * SLOT_S
+        return f"staggered-{cameras}-{camera}.mp4", fps, cameras * SLOT_S + TAIL_S, camera * SLOT_S
     if scenario == "moving":  # every camera's pass at once
-        return f"moving-{camera}.mp4", fps, SLOT_S + MOVING_GAP_S, MOVING_GAP_S / 2
+        return f"moving-{camera}.mp4", fps, MOVING_GAP_S + SLOT_S + TAIL_S, MOVING_GAP_S
     if scenario == "reference":
         return f"reference-{camera}.mp4", fps, SLOT_S + 2 * REFERENCE_MARGIN_S, REFERENCE_MARGIN_S
     raise ValueError(scenario)
@@ -446,6 +450,9 @@ async def serve_and_measure(workdir: Path, media: Path, label: str, config: dict
                           + (f", v2v median {statistics.median(phase.heard):.0f} ms" if phase.heard else "")
                           + f" (load {os.getloadavg()[0]:.1f})", flush=True)
     finally:
+        if server.process is not None and server.process.poll() is not None:  # it died: say how, before the
+            print(f"[{label}] vigil serve exited with {server.process.returncode}; its log ends:\n"  # tmp goes
+                  + server.log()[-3000:], flush=True)
         server.stop()
     return phases, idle, references
 
