@@ -38,9 +38,7 @@ class PacketTemplate:
         self._container = av.open(buffer)
         self.stream = self._container.streams.video[0]
         self.codec = self.stream.codec_context.name
-
-    def close(self) -> None:
-        self._container.close()
+        # Never closed explicitly: clips being remuxed hold it, and the container closes with its last holder.
 
 
 def _copy_packet(packet: av.Packet, shift: int, stream: Any) -> av.Packet:

@@ -223,8 +223,8 @@ class TimelineRecorder:
         with self._lock:
             self._stream, self._offset = stream, offset
             self._packets.clear()
-            if self._template is not None:
-                self._template.close()
+            # Dropped, never closed: a clip of the last stream may still be remuxed from it on the clip executor,
+            # and muxing from a closed template segfaults; it closes when that clip lets go of it.
             self._template = None
 
     def packet(self, packet: av.Packet) -> None:
@@ -371,9 +371,7 @@ class TimelineRecorder:
             await asyncio.sleep(0)
         self._closed = True
         with self._lock:
-            if self._template is not None:
-                self._template.close()
-                self._template = None
+            self._template = None  # closes with its last clip (see stream_opened)
 
 
 def _seconds(frame: av.VideoFrame, pts: float) -> float:

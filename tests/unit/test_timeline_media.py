@@ -236,3 +236,51 @@ async def test_a_session_pipeline_feeds_its_recorder_the_unwrapped_media_time():
         await pipeline.feed_video(_frame(0, (first + index * 9_000) % RTP_WRAP))
     await pipeline.close()
     assert seen == pytest.approx([0.0, 0.1, 0.2, 0.3])
+
+
+_REOPEN_DURING_REMUX = """
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import av
+
+from pipelines.timeline.media import remux_clip
+from pipelines.timeline.recorder import RecorderSettings, TimelineRecorder
+from pipelines.timeline.store import TimelineStore
+from tests.support.media import make_clip
+
+root = Path(sys.argv[1])
+clip = make_clip(root / "camera.mp4", seconds=2.0, audio=False)
+store = TimelineStore(root / "timeline", max_age_s=3600, quota_bytes=10**9)
+store.open()
+recorder = TimelineRecorder(store, RecorderSettings(), ThreadPoolExecutor(1), mode="packets")
+packets = []
+with av.open(str(clip)) as container:
+    stream = container.streams.video[0]
+    recorder.stream_opened(stream, 0.0)
+    for packet in container.demux(stream):
+        if packet.size:
+            recorder.packet(packet)
+            packets.append((float(packet.pts * packet.time_base), packet))
+in_flight = recorder._template  # what a clip of this loop, still being remuxed on the clip executor, holds
+with av.open(str(clip)) as again:  # the looping source reopens its file (an RTSP camera: a reconnect)
+    recorder.stream_opened(again.streams.video[0], 2.0)
+print(remux_clip(root / "clip.mp4", in_flight, packets))
+"""
+
+
+def test_a_stream_reopened_while_a_clip_is_remuxed_leaves_that_clip_its_template(tmp_path: Path):
+    """A file source that loops (or an RTSP camera that reconnects) opens its stream again while the last loop's
+    clip may still be remuxed from the old template: closing that template under the remux crashed the whole
+    server (a segfault in PyAV). Run in a child process, so a crash fails this test instead of the suite."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    child = subprocess.run([sys.executable, "-c", _REOPEN_DURING_REMUX, str(tmp_path)], cwd=repo,
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, f"exit {child.returncode}: {child.stderr[-2000:]}"
+    assert float(child.stdout.strip().splitlines()[-1]) > 1.5
+    with av.open(str(tmp_path / "clip.mp4")) as container:
+        assert sum(1 for _ in container.decode(video=0)) >= 25
