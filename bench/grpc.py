@@ -19,23 +19,21 @@ import asyncio
 import itertools
 import json
 import os
-import socket
+import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any
 
 import aiohttp
 import grpc
-import yaml
 
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
 from tests.support.llm_server import LlmServer
+from tests.support.ports import free_port
+from tests.support.vigil_process import VigilProcess
 
-REPO = Path(__file__).resolve().parents[1]
 MODEL = "smollm2-135m-instruct"
 # Long answers, so every run generates exactly max_tokens; each request gets its own opening words so neither
 # path is served from llama.cpp's prompt cache.
@@ -43,54 +41,31 @@ STORY = "Story number {n}: write a long story about a dragon."
 FRANCE = "What is the capital of France?"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class VigilProcess:
-    """``vigil serve`` in a child process with the given upstreams, HTTP and gRPC on free loopback ports."""
+class RoutedVigil:
+    """``vigil serve`` (tests/support/vigil_process.py) routing to the given upstreams; entered, its gRPC stub."""
 
     def __init__(self, upstreams: list[str]) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="vigil-bench-grpc-"))
         self.grpc_port = free_port()
-        self.config = {
-            "server": {"host": "127.0.0.1", "port": free_port()},
+        self.server = VigilProcess(self.workdir, {
             "voice": {"enabled": False},
             "models": {"detector": {"backend": "none"}, "llm": {
                 "backend": "openai", "routing": {"strategy": "least-connections"},
                 "upstreams": [{"name": f"u{i}", "base_url": url, "models": [MODEL]} for i, url in enumerate(upstreams)],
             }},
             "grpc": {"host": "127.0.0.1", "port": self.grpc_port},
-        }
-        self._proc: asyncio.subprocess.Process | None = None
-        self._log: IO[bytes] | None = None
-        self._config_file: Any = None
+        })
 
     async def __aenter__(self) -> pb_grpc.InferenceServiceStub:
-        self._config_file = tempfile.NamedTemporaryFile("w", suffix=".yaml")
-        yaml.safe_dump(self.config, self._config_file)
-        self._config_file.flush()
-        self._log = tempfile.TemporaryFile()
-        self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "server.cli", "serve", "--config", self._config_file.name,
-            cwd=REPO, stdout=self._log, stderr=self._log)
+        await asyncio.to_thread(self.server.start, 60)
         self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.grpc_port}")
-        try:
-            await asyncio.wait_for(self.channel.channel_ready(), 60)
-        except TimeoutError:
-            self._log.seek(0)
-            raise RuntimeError(f"vigil serve did not start:\n{self._log.read().decode()[-3000:]}") from None
+        await asyncio.wait_for(self.channel.channel_ready(), 60)
         return pb_grpc.InferenceServiceStub(self.channel)
 
     async def __aexit__(self, *exc: object) -> None:
         await self.channel.close()
-        if self._proc is not None:
-            self._proc.terminate()
-            await asyncio.wait_for(self._proc.wait(), 30)
-        for handle in (self._log, self._config_file):
-            if handle is not None:
-                handle.close()
+        await asyncio.to_thread(self.server.stop)
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 async def direct_stream(session: aiohttp.ClientSession, url: str, max_tokens: int, n: int,
@@ -130,7 +105,7 @@ async def streaming_overhead(rounds: int, max_tokens: int) -> None:
     # One llama.cpp thread leaves the other core to Vigil and the client, as an upstream on its own accelerator
     # would: the ratio then shows the latency Vigil adds, not two processes fighting over two cores.
     with LlmServer(n_threads=1) as upstream:
-        async with VigilProcess([upstream.url]) as stub, aiohttp.ClientSession(
+        async with RoutedVigil([upstream.url]) as stub, aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(force_close=True)) as session:  # as Vigil's client: no keep-alive
             await direct_stream(session, upstream.url, 4, -1)  # warm both paths up
             await vigil_stream(stub, 4, -2)
@@ -184,7 +159,7 @@ async def routing_scale_out(requests: int, max_tokens: int, reps: int) -> None:
     """Both set-ups run side by side (an idle Vigil costs nothing) and take turns, so drift hits both."""
     done: dict[tuple[int, int], tuple[int, float]] = {}
     with LlmServer(n_threads=1) as first, LlmServer(n_threads=1) as second:
-        async with VigilProcess([first.url]) as one, VigilProcess([first.url, second.url]) as two:
+        async with RoutedVigil([first.url]) as one, RoutedVigil([first.url, second.url]) as two:
             stubs = {1: one, 2: two}
             for stub in stubs.values():
                 await throughput(stub, 2, 2, max_tokens)  # warm-up

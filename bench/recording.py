@@ -127,7 +127,7 @@ async def _wait_up(url: str) -> None:
 
 
 async def leg(kind: str, mode: str, seconds: float, camera_url: str | None) -> dict[str, Any]:
-    from tests.support.rtsp import free_port
+    from tests.support.ports import free_port
 
     port = free_port()
     with tempfile.TemporaryDirectory() as data_dir:
@@ -201,7 +201,8 @@ async def _measure(pid: int, warm_up: float, seconds: float, background: Any) ->
 
 async def main(seconds: float) -> None:
     from server.ice import restrict_host_addresses
-    from tests.support.rtsp import RtspCamera, free_port
+    from tests.support.ports import free_port
+    from tests.support.rtsp import RtspCamera
 
     restrict_host_addresses(["127.0.0.1"])  # aioice offers no loopback candidate otherwise
 

@@ -40,21 +40,20 @@ import hashlib
 import os
 import random
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import aiohttp
 import numpy as np
-import yaml
 
 from pipelines.memory.entries import MemoryEntry
 from pipelines.memory.index import MemoryIndex
 from pipelines.memory.lance_vectors import LanceVectors
+from tests.support.vigil_process import VigilProcess
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "bench-search"
@@ -237,55 +236,6 @@ async def ingestion_with_embedding(data_dir: Path, count: int) -> float:
     return rate
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class VigilServe:
-    """``vigil serve`` in its own process, memory on ``data_dir``, nothing else loaded."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.port = free_port()
-        self.config = {"server": {"host": "127.0.0.1", "port": self.port}, "voice": {"enabled": False},
-                       "models": {"detector": {"backend": "none"}}, "grpc": {"port": 0},
-                       "memory": {"data_dir": str(data_dir)}}
-        self._proc: asyncio.subprocess.Process | None = None
-        self._files: list[IO[Any]] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def __aenter__(self) -> VigilServe:
-        config = tempfile.NamedTemporaryFile("w", suffix=".yaml")
-        yaml.safe_dump(self.config, config)
-        config.flush()
-        log = tempfile.TemporaryFile()
-        self._files = [config, log]
-        self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "server.cli", "serve", "--config", config.name, cwd=REPO, stdout=log, stderr=log)
-        async with aiohttp.ClientSession() as http:
-            for _ in range(600):
-                try:
-                    async with http.get(f"{self.url}/healthz") as response:
-                        if response.status == 200:
-                            return self
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
-        log.seek(0)
-        raise RuntimeError(f"vigil serve did not start:\n{log.read().decode()[-3000:]}")
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            await asyncio.wait_for(self._proc.wait(), 60)
-        for handle in self._files:
-            handle.close()
-
-
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -356,8 +306,14 @@ async def main(args: argparse.Namespace) -> None:
             write_rate = await build_index(data_dir, corpus(size, pairs, fillers), embedder)
             print(f"ingestion, vectors precomputed ({size:,} entries: SQLite + FTS5 + LanceDB): "
                   f"{write_rate:,.0f} entries/s", flush=True)
-            async with VigilServe(data_dir) as server:
+            # vigil serve with memory on data_dir, nothing else loaded
+            server = VigilProcess(root, {"voice": {"enabled": False}, "models": {"detector": {"backend": "none"}},
+                                         "grpc": {"port": 0}, "memory": {"data_dir": str(data_dir)}})
+            try:
+                await asyncio.to_thread(server.start)
                 rows.append((size, await measure(server.url, pairs)))
+            finally:
+                await asyncio.to_thread(server.stop, 60)
         print(f"\nGET /api/search, {len(pairs)} paraphrased questions, sequential, limit 5 (client-side ms; goal: "
               f"p95 < 50 ms at 100k; recall@5: hybrid above both)")
         print(f"{'entries':>9} {'mode':>8} {'p50 ms':>8} {'p95 ms':>8} {'recall@5':>9} {'people':>7} "
@@ -439,7 +395,6 @@ async def search_rate(url: str, questions: list[str], rate: float, seconds: floa
 
 async def under_load(args: argparse.Namespace) -> None:
     from models.embeddings import MiniLmEmbedder
-    from tests.support.browser import VigilProcess
 
     root = Path(tempfile.mkdtemp(prefix="vigil-bench-search-load-"))
     pairs = needles(args.questions)

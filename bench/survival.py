@@ -33,8 +33,8 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.capacity import cpu_seconds, export_revision, lag_since, loop_lag
-from tests.support.browser import REPO_ROOT, VigilProcess
 from tests.support.live_sessions import CAMERA_FPS, SIZE
+from tests.support.vigil_process import REPO_ROOT, VigilProcess
 
 
 async def gauges(url: str, *names: str) -> list[float]:

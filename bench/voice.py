@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,8 @@ from server.config.voice import VoiceSettings
 from server.ice import restrict_host_addresses
 from tests.support.audio import Recorder, ScriptedMicrophone, silence, speech, speech_split
 from tests.support.llm_server import LlmServer
+from tests.support.ports import free_port
+from tests.support.vigil_process import VigilProcess
 
 REPO = Path(__file__).resolve().parents[1]
 PIPECAT_VENV = REPO / ".cache" / "pipecat-venv"
@@ -91,12 +92,6 @@ def paused_questions() -> dict[str, np.ndarray]:
             "apart": np.concatenate([first, silence(PAUSE_S), second])}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 # ------------------------------------------------------------------ set-up and sandbox
 
 
@@ -137,47 +132,6 @@ def reexec_offline() -> None:
 
 
 # ------------------------------------------------------------------ the servers
-
-
-class VigilServer:
-    """``vigil serve`` from ``root`` (cwd and PYTHONPATH), default config but for loopback-only ICE (and free
-    ports, so that several can run side by side)."""
-
-    def __init__(self, root: Path, log: Path) -> None:
-        self.root, self.log = root, log
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        config = self.log.with_suffix(".yaml")
-        config.write_text('webrtc:\n  host_addresses: ["127.0.0.1"]\n')
-        env = {**os.environ, "PYTHONPATH": str(self.root)}
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "server.cli", "serve", "--config", str(config),
-                 "--host", "127.0.0.1", "--port", str(self.port), "--grpc-port", str(free_port())],
-                cwd=self.root, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=2):
-                    return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"vigil serve from {self.root} did not start; its log:\n"
-                                       f"{self.log.read_text(errors='replace')[-4000:]}") from None
-                time.sleep(0.3)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 class PipecatBot:
@@ -612,7 +566,11 @@ async def run(args: argparse.Namespace, pipecat_python: Path, roots: dict[str, t
     print(f"pipecat 1.14.0 from {pipecat_python.parent.parent}; logs in {logs}", flush=True)
     questions = {text: trimmed(speech(text)) for text in QUESTIONS}
     paused_pcm = paused_questions()
-    vigils = {name: VigilServer(root, logs / f"{name.replace(':', '-')}.log") for name, (root, _) in roots.items()}
+    # Each Vigil: default config (memory included) but for loopback-only ICE, on free ports side by side.
+    vigils = {name: VigilProcess(logs, {"webrtc": {"host_addresses": ["127.0.0.1"]}}, root=root, memory_off=False,
+                                 args=["--grpc-port", str(free_port())],
+                                 log_path=logs / f"{name.replace(':', '-')}.log")
+              for name, (root, _) in roots.items()}
     # llama.cpp's own HTTP server with the same GGUF and settings as Vigil's embedded one, but for the threads:
     # see --peer-llm-threads.
     llm = LlmServer(n_threads=args.peer_llm_threads)

@@ -23,6 +23,7 @@ from server.http_server import start_serving
 from server.sessions import Analyzers
 from server.state import SESSIONS, SOURCES
 from tests.support.media import make_clip
+from tests.support.redis_server import RedisServer
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
 # Every server a test starts, in-process or as a `vigil serve` child (which inherits this), takes a free gRPC
@@ -36,6 +37,14 @@ def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     make_clip(root / "clip.mp4", seconds=2.0)
     make_clip(root / "long.mp4", seconds=6.0)
     return root
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A fresh, empty ``redis-server`` on a loopback port for one test (``stop()`` then ``start()`` brings it back
+    empty on the same port)."""
+    with RedisServer(tmp_path) as server:
+        yield server
 
 
 @dataclass

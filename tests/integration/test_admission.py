@@ -16,8 +16,8 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 
 from server.client import VigilClient
 from tests.support.audio import ScriptedMicrophone
-from tests.support.browser import REPO_ROOT, VigilProcess
 from tests.support.media import PrecodedVideoTrack, precoded_vp8
+from tests.support.vigil_process import REPO_ROOT, VigilProcess
 
 SURVIVING_SESSIONS = 8  # bench/survival.py on this 2-core machine: 8 of 8 alive for 60 s (0 of 8 on asyncio's loop)
 

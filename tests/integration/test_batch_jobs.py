@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -27,8 +25,8 @@ from pipelines.batch.engine import TranscriptionEngine
 from pipelines.batch.jobs import JobQueue
 from pipelines.batch.store import JobRecord, JobStore
 from server.config import ConfigError, load_settings
-from tests.support.rtsp import free_port
 from tests.support.speech_files import spoken, wav_bytes, words
+from tests.support.vigil_process import VigilProcess
 
 TOKEN = "jobs-test-key"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
@@ -104,41 +102,6 @@ def assert_heard(text: str, sentences: list[str]) -> None:
 # --- a job killed mid-way completes after a restart ------------------------------------------------------------
 
 
-class ServerProcess:
-    """``vigil serve --config FILE`` as a child process."""
-
-    def __init__(self, config: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = config.parent / f"server-{self.port}.log"
-        with self.log.open("w") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "server.cli", "serve", "--config", str(config), "--port", str(self.port)],
-                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-    async def ready(self, http: aiohttp.ClientSession, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                async with http.get(f"{self.url}/healthz") as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientConnectionError:
-                pass
-            assert self.process.poll() is None, self.log.read_text()
-            assert time.monotonic() < deadline, "server did not come up:\n" + self.log.read_text()
-            await asyncio.sleep(0.2)
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.terminate()
-        return self.process.wait(timeout=30)
-
-
 def stored_chunks(database: Path, job_id: str) -> dict[int, str | None]:
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as conn:
         return dict(conn.execute("SELECT idx, segments FROM chunks WHERE job_id = ?", (job_id,)).fetchall())
@@ -155,9 +118,9 @@ async def test_a_job_killed_midway_completes_after_restart(tmp_path: Path, http,
         "models: {detector: {backend: none}}\n"
         # one chunk per step, at most 4 s each: many small saved steps, so the kill lands between two of them
         f"transcription: {{data_dir: '{data_dir}', batch_size: 1, max_chunk_s: 4, workers: 1}}\n")
-    first = ServerProcess(config)
+    first = VigilProcess(tmp_path, config_file=config, token=TOKEN)
     try:
-        await first.ready(http)
+        await asyncio.to_thread(first.start, 60)
         status, long_job = await submit(http, first.url, long_wav, name="long.wav")
         assert status == 202 and long_job["status"] == "queued", long_job
         status, short_job = await submit(http, first.url, short_wav, name="short.wav")  # waits behind it
@@ -165,7 +128,7 @@ async def test_a_job_killed_midway_completes_after_restart(tmp_path: Path, http,
         while (job := await get_job(http, first.url, long_job["id"]))["progress"]["chunks_done"] < 2:
             assert job["status"] in ("queued", "running"), job
             await asyncio.sleep(0.02)
-        first.kill()  # no shutdown handler runs: the job is left 'running' mid-way
+        first.stop(hard=True)  # no shutdown handler runs: the job is left 'running' mid-way
     finally:
         first.stop()
     total = job["progress"]["chunks_total"]
@@ -174,9 +137,9 @@ async def test_a_job_killed_midway_completes_after_restart(tmp_path: Path, http,
     done_before = {index: segments for index, segments in before.items() if segments is not None}
     assert 2 <= len(done_before) < total
 
-    second = ServerProcess(config)
+    second = VigilProcess(tmp_path, config_file=config, token=TOKEN)
     try:
-        await second.ready(http)
+        await asyncio.to_thread(second.start, 60)
         resumed = await wait_for(http, second.url, long_job["id"], ("completed", "failed"))
         assert resumed["status"] == "completed", resumed
         assert resumed["attempts"] == 2  # started twice: before the kill and after the restart

@@ -8,28 +8,22 @@ Cancellation is checked on what llama.cpp reports (tokens predicted, requests in
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import openai
 import pytest
-import yaml
 
 from models.llm import EmbeddedLlm
 from server.openai_api import CHAT_API
 from tests.support.llm_server import LlmServer
-from tests.support.processes import stop_process
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.ports import free_port
+from tests.support.redis_server import RedisServer
 from tests.support.scripted_llm import ScriptedLlmForTest
+from tests.support.vigil_process import VigilProcess
 
-REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m-instruct"
 KEY = "sk-test-key"
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
@@ -485,35 +479,6 @@ async def test_openai_compatible_upstream_and_one_that_is_down(vigil) -> None:
 # ---------------------------------------------------------------- Redis: several processes share state
 
 
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
-        yield server
-
-
-def start_vigil_process(config: dict[str, Any], workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    path = workdir / f"vigil-{port}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "YOLO_OFFLINE": "1"}
-    with open(workdir / f"vigil-{port}.log", "wb") as log:  # the child keeps its own descriptor
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "server.cli", "serve", "--config", str(path), "--port", str(port)],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/healthz", timeout=2):
-                return proc, url
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError((workdir / f"vigil-{port}.log").read_text()[-3000:]) from None
-            time.sleep(0.2)
-
-
 async def test_redis_mode_processes_share_rate_limit_and_cache(redis_server: RedisServer, tmp_path: Path) -> None:
     config = {
         "server": {"host": "127.0.0.1"},
@@ -524,9 +489,11 @@ async def test_redis_mode_processes_share_rate_limit_and_cache(redis_server: Red
                          {"name": "cache", "key": "key-cache"}],
                 "cache": {"semantic": False}},
     }
-    procs = [start_vigil_process(config, tmp_path) for _ in range(2)]
+    servers = [VigilProcess(tmp_path, config) for _ in range(2)]
     try:
-        (_, url_a), (_, url_b) = procs
+        for server in servers:
+            await asyncio.to_thread(server.start, 120)
+        url_a, url_b = (server.url for server in servers)
         team_a = openai.AsyncOpenAI(base_url=url_a + "/v1", api_key="key-team", max_retries=0)
         team_b = openai.AsyncOpenAI(base_url=url_b + "/v1", api_key="key-team", max_retries=0)
         await team_a.models.list()
@@ -548,8 +515,8 @@ async def test_redis_mode_processes_share_rate_limit_and_cache(redis_server: Red
         for client in (team_a, team_b, cache_a, cache_b):
             await client.close()
     finally:
-        for proc, _ in procs:
-            stop_process(proc, timeout=20)
+        for server in servers:
+            server.stop(20)
 
 
 async def test_redis_unreachable_rate_limiter_refuses_and_caches_are_skipped(vigil) -> None:

@@ -16,10 +16,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.support.browser import VigilProcess
 from tests.support.cluster import get_json, node_config, owner_of, results_flow
 from tests.support.redis_server import RedisServer
 from tests.support.rtsp import RtspCamera
+from tests.support.vigil_process import VigilProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEARTBEAT_S, LEASE_S = 0.5, 2.0
@@ -30,23 +30,17 @@ BOUND_S = LEASE_S + HEARTBEAT_S + RECONNECT_MAX_S + 12.0
 
 
 @pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path) as server:
-        yield server
-
-
-@pytest.fixture
 def camera() -> Iterator[RtspCamera]:
     with RtspCamera(fps=10) as cam:
         yield cam
 
 
 @pytest.fixture
-async def start_nodes(redis: RedisServer, tmp_path: Path) -> AsyncIterator[Any]:
+async def start_nodes(redis_server: RedisServer, tmp_path: Path) -> AsyncIterator[Any]:
     started: list[VigilProcess] = []
 
     async def start(*names: str, max_sources: int | None = None) -> list[VigilProcess]:
-        configs = [node_config(redis.url, name, tmp_path, heartbeat_s=HEARTBEAT_S, lease_s=LEASE_S,
+        configs = [node_config(redis_server.url, name, tmp_path, heartbeat_s=HEARTBEAT_S, lease_s=LEASE_S,
                                reconnect_max_s=RECONNECT_MAX_S) for name in names]
         if max_sources is not None:
             for config in configs:
@@ -171,7 +165,7 @@ async def test_sigterm_hands_sources_over_before_exit(start_nodes, camera: RtspC
         assert time.monotonic() - stopped_at < BOUND_S
 
 
-async def test_redis_down_keeps_sources_refuses_placements_and_rejoins(start_nodes, redis: RedisServer,
+async def test_redis_down_keeps_sources_refuses_placements_and_rejoins(start_nodes, redis_server: RedisServer,
                                                                        camera: RtspCamera):
     a, b = await start_nodes("a", "b")
     async with aiohttp.ClientSession() as http:
@@ -182,7 +176,7 @@ async def test_redis_down_keeps_sources_refuses_placements_and_rejoins(start_nod
         # The other node knows when the owner's lease runs out: an expiry that lies in the past once Redis is gone
         # must not become a pass every few milliseconds (it did: ~170 failed passes a second).
         passes_before, down_at = _passes(await _metrics(http, other)), time.monotonic()
-        redis.stop()
+        redis_server.stop()
         await asyncio.sleep(LEASE_S + 2 * HEARTBEAT_S)  # leases and heartbeats have lapsed by now
         passes = _passes(await _metrics(http, other)) - passes_before
         assert passes <= (time.monotonic() - down_at) / HEARTBEAT_S + 3, passes  # a pass per heartbeat at most
@@ -199,7 +193,7 @@ async def test_redis_down_keeps_sources_refuses_placements_and_rejoins(start_nod
             expected = [(source_id, owner_name)] if node is owner else []
             assert [(s["id"], s["node"]) for s in listing["sources"]] == expected
         # Redis comes back empty (no persistence): the nodes rejoin and re-assert what they run.
-        await asyncio.to_thread(redis.start)
+        await asyncio.to_thread(redis_server.start)
         deadline = time.monotonic() + 20
         while True:  # every node reconnects on its own next pass: wait until both list the whole cluster again
             listings = [await get_json(http, f"{node.url}/api/sources") for node in (a, b)]

@@ -7,14 +7,12 @@ import json
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from server.config import ConfigError, load_settings
-from tests.support.rtsp import free_port
+from tests.support.vigil_process import VigilProcess
 
 VIGIL = [sys.executable, "-m", "server.cli"]
 
@@ -73,27 +71,14 @@ def test_config_show_masks_secrets(tmp_path: Path):
 
 
 def test_serve_starts_with_file_env_and_flags(tmp_path: Path):
-    port = free_port()
     config = tmp_path / "vigil.toml"
     config.write_text('[server]\nport = 1\n[auth]\ntoken = "t0k"\n')
-    process = subprocess.Popen([*VIGIL, "serve", "--config", str(config), "--port", str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = VigilProcess(tmp_path, config_file=config, token="t0k")  # the token from the file
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                request = urllib.request.Request(f"http://127.0.0.1:{port}/healthz",
-                                                 headers={"Authorization": "Bearer t0k"})
-                with urllib.request.urlopen(request, timeout=2) as response:
-                    assert json.loads(response.read())["status"] == "ok"
-                break
-            except OSError:
-                assert process.poll() is None, process.stdout.read() if process.stdout else ""
-                assert time.monotonic() < deadline, "server did not come up"
-                time.sleep(0.3)
+        server.start(timeout=60)  # /healthz answered with the file's token, on the --port flag's port
+        assert server.api("GET", "/healthz")["status"] == "ok"
     finally:
-        process.terminate()
-        process.wait(timeout=15)
+        server.stop()
 
 
 def test_analyze_is_deterministic_and_writes_json_lines(tmp_path: Path, clip_dir: Path):

@@ -19,16 +19,9 @@ import pytest
 
 from pipelines.voice.audio import OUT_RATE
 from tests.support.audio import silence, speech
-from tests.support.browser import (
-    REPO_ROOT,
-    VigilProcess,
-    chromium,
-    playwright_driver,
-    running_vigil,
-    write_wav,
-    write_y4m,
-)
+from tests.support.browser import chromium, playwright_driver, write_wav, write_y4m
 from tests.support.media import letterbox, real_image, slideshow
+from tests.support.vigil_process import REPO_ROOT, VigilProcess, running_vigil
 
 TOKEN = "dashboard-test-token"
 QUESTION = "How many people do you see?"

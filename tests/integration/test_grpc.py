@@ -8,10 +8,7 @@ import asyncio
 import contextlib
 import io
 import json
-import os
 import re
-import socket
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -31,7 +28,9 @@ from server.grpc_api.generate import GENERATED, generate
 from server.grpc_api.service import GRPC_SERVER
 from tests.support.audio import silence, speech
 from tests.support.llm_server import LlmServer
+from tests.support.ports import free_port
 from tests.support.speech_files import wav_bytes
+from tests.support.vigil_process import VigilProcess
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m-instruct"
@@ -381,26 +380,18 @@ async def test_converse_typed_barge_in_limits_and_bad_input(vigil, upstream):
 
 async def test_vigil_serve_runs_grpc_beside_http(upstream, tmp_path: Path):
     """The real command line: HTTP and gRPC in one process, the gRPC port from --grpc-port, the LLM from env."""
-    ports = []
-    for _ in range(2):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            ports.append(sock.getsockname()[1])
-    env = {**os.environ, "VIGIL_VOICE__ENABLED": "false", "VIGIL_MODELS__DETECTOR__BACKEND": "none",
+    grpc_port = free_port()
+    env = {"VIGIL_VOICE__ENABLED": "false", "VIGIL_MODELS__DETECTOR__BACKEND": "none",
            "VIGIL_MODELS__LLM__BACKEND": "openai", "VIGIL_MODELS__LLM__BASE_URL": upstream.url}
-    log = (tmp_path / "serve.log").open("wb")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "server.cli", "serve", "--port", str(ports[0]), "--grpc-port", str(ports[1]),
-        cwd=REPO, env=env, stdout=log, stderr=log)
+    server = VigilProcess(tmp_path, args=["--grpc-port", str(grpc_port)], env=env)
     try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{ports[1]}") as channel:
+        await asyncio.to_thread(server.start, 60)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
             await asyncio.wait_for(channel.channel_ready(), 60)
             answer = await pb_grpc.InferenceServiceStub(channel).Predict(pb.PredictRequest(prompt=FRANCE,
                                                                                           max_tokens=3))
             assert answer.usage.completion_tokens == 3
-        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{ports[0]}/healthz") as r:
+        async with aiohttp.ClientSession() as session, session.get(f"{server.url}/healthz") as r:
             assert r.status == 200
     finally:
-        proc.terminate()
-        assert await asyncio.wait_for(proc.wait(), 30) == 0, (tmp_path / "serve.log").read_text()[-2000:]
-        log.close()
+        assert await asyncio.to_thread(server.stop) == 0, server.log(2000)

@@ -6,10 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import re
-import signal
-import sys
 
 import aiohttp
 import pytest
@@ -17,7 +14,7 @@ from aiohttp import web
 
 from server.client import VigilClient
 from server.http_server import start_serving
-from tests.support.rtsp import free_port
+from tests.support.vigil_process import VigilProcess
 
 # Each of these once ended the session (an exception escaped the data-channel callback) or the subscriber.
 DEEP_ARRAY = "[" * 2000 + "]" * 2000
@@ -327,31 +324,21 @@ async def test_malformed_http_framing_is_a_json_400(vigil, caplog, framing: str)
 
 async def test_vigil_serve_logs_requests_without_the_token_and_stops_gracefully_on_sigterm(tmp_path):
     """The production path end to end (``vigil serve`` at INFO, then SIGTERM), not only the shared helper."""
-    port = free_port()
-    env = {**os.environ, "VIGIL_AUTH__TOKEN": SECRET, "VIGIL_VOICE__ENABLED": "false",
-           "VIGIL_MODELS__DETECTOR__BACKEND": "none", "VIGIL_MEMORY__ENABLED": "false",
-           "VIGIL_STORAGE__DATA_DIR": str(tmp_path / "data")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1", "--port", str(port), env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    config = {"voice": {"enabled": False}, "models": {"detector": {"backend": "none"}},
+              "storage": {"data_dir": str(tmp_path / "data")}}
+    server = VigilProcess(tmp_path, config, token=SECRET)  # the token by env, as a deployment gives it
     try:
-        async with asyncio.timeout(120):
-            while b"Running on" not in await process.stdout.readline():
-                assert process.returncode is None
+        await asyncio.to_thread(server.start, 120)
         async with aiohttp.ClientSession() as http, http.get(
-                f"http://127.0.0.1:{port}/api/sources?token={SECRET}") as response:
+                f"{server.url}/api/sources?token={SECRET}") as response:
             assert response.status == 200
-        answer = await _raw_http(f"http://127.0.0.1:{port}", MALFORMED_FRAMING["header_value"])
+        answer = await _raw_http(server.url, MALFORMED_FRAMING["header_value"])
         assert b'"code": "bad_request"' in answer
-        process.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(60):
-            output = (await process.stdout.read()).decode()
-            assert await process.wait() == 0, output
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert "GET /api/sources?token=*** HTTP/1.1" in output, output
+        status = await asyncio.to_thread(server.stop, 60)  # SIGTERM
+    output = server.log(tail=0)
+    assert status == 0, output
+    assert "Running on" in output and "GET /api/sources?token=*** HTTP/1.1" in output, output
     assert SECRET not in output
 
 

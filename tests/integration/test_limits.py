@@ -25,7 +25,6 @@ from server.grpc_api.service import GRPC_SERVER
 from server.openai_api import CHAT_API
 from tests.integration.test_batch_jobs import LONG_SENTENCES
 from tests.support.held_models import HeldModelForTest
-from tests.support.redis_server import RedisServer
 from tests.support.scripted_llm import ScriptedLlmForTest
 from tests.support.speech_files import spoken, wav_bytes
 
@@ -316,12 +315,6 @@ async def test_parallel_requests_of_one_api_key_never_exceed_its_rate_limit(vigi
     assert (await other.models.list()).data  # the server still serves, and the other key has its own window
     await slow.close()
     await other.close()
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path):
-    with RedisServer(tmp_path) as server:
-        yield server
 
 
 async def test_parallel_requests_through_two_servers_never_exceed_the_shared_redis_rate_limit(vigil, redis_server):

@@ -13,7 +13,8 @@ from pipelines.memory.entries import MemoryEntry
 from pipelines.memory.index import MemoryIndex
 from pipelines.memory.lance_vectors import LanceVectors
 from tests.integration.test_dashboard import open_dashboard, state, wait_for
-from tests.support.browser import chromium, playwright_driver, running_vigil
+from tests.support.browser import chromium, playwright_driver
+from tests.support.vigil_process import running_vigil
 
 pytestmark = pytest.mark.timeout(480)
 TOKEN = "search-token"

@@ -11,7 +11,8 @@ import pytest
 
 from pipelines.sources.urls import redact_text, redact_url, url_secrets
 from tests.integration.test_sources import Watcher
-from tests.support.rtsp import RtspCamera, free_port
+from tests.support.ports import free_port
+from tests.support.rtsp import RtspCamera
 
 PASSWORD = "hunter2-S3cr3t"
 

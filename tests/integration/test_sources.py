@@ -9,7 +9,8 @@ from typing import Any
 
 import aiohttp
 
-from tests.support.rtsp import RtspCamera, free_port
+from tests.support.ports import free_port
+from tests.support.rtsp import RtspCamera
 
 
 class Watcher:

@@ -308,7 +308,8 @@ def _parameter_sets(extradata: bytes) -> list[bytes]:
 async def test_an_rtsp_clip_is_remuxed_with_the_cameras_codec_parameters(vigil, tmp_path: Path, monkeypatch):
     from pipelines.timeline import recorder
     from server.sessions import Analyzers
-    from tests.support.rtsp import RtspCamera, free_port
+    from tests.support.ports import free_port
+    from tests.support.rtsp import RtspCamera
 
     calls = {"remux": 0, "encode": 0}
 

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from tests.integration.test_dashboard import screenshot, state, wait_for
-from tests.support.browser import VigilProcess, chromium, playwright_driver, running_vigil
+from tests.support.browser import chromium, playwright_driver
 from tests.support.media import sliding_person
+from tests.support.vigil_process import VigilProcess, running_vigil
 
 pytestmark = pytest.mark.timeout(240)
 DOOR = {"name": "door", "polygon": [[0.5, 0.0], [1.0, 0.0], [1.0, 1.0], [0.5, 1.0]]}

@@ -1,16 +1,9 @@
-"""Debian's Chromium driven by Playwright, a real Vigil server in a child process, and the fake camera/microphone
-files Chromium plays (.y4m video from real photographs, .wav speech from Piper). Nothing is downloaded."""
+"""Debian's Chromium driven by Playwright and the fake camera/microphone files Chromium plays (.y4m video from
+real photographs, .wav speech from Piper). Nothing is downloaded."""
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +11,14 @@ from typing import Any
 import numpy as np
 
 from tests.support.media import write_video
-from tests.support.rtsp import free_port
 from tests.support.speech_files import wav_bytes
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# The served Vigil moved to tests/support/vigil_process.py; these names stay importable from here for the benches
+# that still import them (bench/capacity.py, cameras.py, soak.py).
+from tests.support.vigil_process import REPO_ROOT as REPO_ROOT
+from tests.support.vigil_process import VigilProcess as VigilProcess
+from tests.support.vigil_process import running_vigil as running_vigil
+
 CHROMIUM = "/usr/bin/chromium"
 # DEVELOPERS.md: loopback WebRTC, no network chatter, no sandbox (containers), fake media devices.
 CHROMIUM_FLAGS = [
@@ -51,90 +48,6 @@ def write_wav(path: Path, pcm: np.ndarray, rate: int) -> Path:
     """Mono 16-bit WAV, the format ``--use-file-for-fake-audio-capture`` plays."""
     path.write_bytes(wav_bytes(pcm, rate))
     return path
-
-
-# ---------------------------------------------------------------- a real Vigil server in a child process
-
-
-class VigilProcess:
-    """``vigil serve`` (the real CLI) on a free loopback port, configured by a YAML file."""
-
-    def __init__(self, workdir: Path, config: dict[str, Any], token: str | None = None,
-                 root: Path = REPO_ROOT) -> None:
-        """``root``: the checkout to serve (benches compare another revision beside this one)."""
-        self.root = root
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.token = token
-        self.log_path = workdir / f"vigil-{self.port}.log"
-        self.config_path = workdir / f"vigil-{self.port}.yaml"
-        # Memory writes under its data_dir and loads torch on first use: only for tests that configure it.
-        config = {"memory": {"enabled": False}, **config}
-        # JSON is valid YAML; the server reads it like any config file.
-        self.config_path.write_text(json.dumps(config))
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 180.0) -> VigilProcess:
-        env = {**os.environ, "PYTHONPATH": str(self.root), "YOLO_OFFLINE": "1", "YOLO_AUTOINSTALL": "False"}
-        if self.token:
-            env["VIGIL_AUTH__TOKEN"] = self.token
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "server.cli", "serve", "--config", str(self.config_path),
-                 "--host", "127.0.0.1", "--port", str(self.port)],
-                cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vigil serve exited with {self.process.returncode}:\n{self.log()}")
-            if self.healthy():
-                return self
-            time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"vigil serve did not answer within {timeout} s:\n{self.log()}")
-
-    def healthy(self) -> bool:
-        request = urllib.request.Request(f"{self.url}/healthz")
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(request, timeout=2) as response:
-                return response.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
-
-    def api(self, method: str, path: str, body: Any = None) -> Any:
-        request = urllib.request.Request(f"{self.url}{path}", method=method,
-                                         data=None if body is None else json.dumps(body).encode())
-        request.add_header("Content-Type", "application/json")
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        with urllib.request.urlopen(request, timeout=10) as response:
-            text = response.read()
-            return json.loads(text) if text else None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-5000:] if self.log_path.exists() else ""
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-@contextlib.contextmanager
-def running_vigil(workdir: Path, config: dict[str, Any], token: str | None = None) -> Iterator[VigilProcess]:
-    server = VigilProcess(workdir, config, token).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 # ---------------------------------------------------------------- Chromium

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.support.browser import VigilProcess
+from tests.support.vigil_process import VigilProcess
 
 
 def node_config(redis_url: str, name: str, media_root: Path, *, heartbeat_s: float, lease_s: float,

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Self
 
+from tests.support.ports import free_port
 from tests.support.processes import ChildServer, stop_process
-from tests.support.redis_server import free_port
 
 
 class MilvusServer(ChildServer):

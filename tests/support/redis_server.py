@@ -9,15 +9,10 @@ import time
 from pathlib import Path
 from typing import Self
 
+from tests.support.ports import free_port
 from tests.support.processes import ChildServer, stop_process
 
 REDIS_SERVER = "/usr/bin/redis-server"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class RedisServer(ChildServer):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import selectors
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,15 +19,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
+from tests.support.ports import free_port
+
 CAMERA_SCRIPT = Path(__file__).with_name("rtsp_camera.py")
 SYSTEM_PYTHON = "/usr/bin/python3"
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RtspCamera:

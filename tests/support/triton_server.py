@@ -16,8 +16,8 @@ import urllib.request
 from pathlib import Path
 from typing import Self
 
+from tests.support.ports import free_port
 from tests.support.processes import ChildServer
-from tests.support.redis_server import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVER_SCRIPT = Path(__file__).with_name("triton_onnx_server.py")
