@@ -27,24 +27,27 @@ M = TypeVar("M", bound=BaseModel)
 
 OPENAI_PREFIX = "/v1/"
 
-# code -> HTTP status. A code not listed is the client's to fix: 400.
+# code -> HTTP status. A code not listed is the client's to fix: 400. The gRPC edge maps the same codes through
+# these statuses (server/grpc_api/errors.py).
 HTTP_STATUS: dict[str, int] = {
     "unauthorized": 401, "invalid_api_key": 401,
     "forbidden": 403,
     "not_found": 404, "model_not_found": 404, "job_not_found": 404, "collection_not_found": 404,
     "method_not_allowed": 405,
     "conflict": 409, "job_not_completed": 409, "job_not_active": 409, "no_other_node": 409,
-    "source_on_other_node": 409,
+    "source_on_other_node": 409, "voice_disabled": 409,
     "body_too_large": 413, "file_too_large": 413, "query_too_long": 413, "document_too_large": 413,
+    "audio_too_long": 413,
     "unsupported_media_type": 415,
     "range_not_satisfiable": 416,
     "invalid_body": 422,
     "too_many_requests": 429, "too_many_sessions": 429, "too_many_sources": 429, "rate_limit_exceeded": 429,
-    "too_many_offers": 429,
+    "too_many_offers": 429, "too_many_conversations": 429, "client_not_reading": 429,
     "internal": 500,
     "unavailable": 503, "server_busy": 503, "model_unavailable": 503, "rate_limiter_unavailable": 503,
     "job_store_in_use": 503, "job_store_unavailable": 503, "storage_unavailable": 503, "memory_disabled": 503,
     "cluster_unavailable": 503, "no_live_node": 503,
+    "reply_timeout": 504,
 }
 # OpenAI answers every malformed request with 400; its SDKs expect that.
 OPENAI_STATUS: dict[str, int] = {**HTTP_STATUS, "invalid_body": 400, "unsupported_media_type": 400}

@@ -10,6 +10,7 @@ import av
 import numpy as np
 
 from pipelines.batch.decode import AudioDecodeError, decode_audio_file
+from pipelines.errors import ApiError
 from pipelines.voice.audio import InputResampler
 
 PCM_ENCODINGS = frozenset({"", "pcm16", "pcm_s16le", "s16le", "linear16"})
@@ -22,8 +23,11 @@ MAX_PCM_RATE = 384000
 FRAME_S = 0.02  # PCM is fed to the voice loop in 20 ms frames, as a WebRTC track delivers it
 
 
-class BadAudio(ValueError):
+class BadAudio(ApiError):
     """The client's audio is malformed or in an encoding we do not take; the message says which."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("invalid_audio", message)
 
 
 def encoding_of(name: str) -> str:

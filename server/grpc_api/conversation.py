@@ -16,14 +16,13 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import av
-import grpc
 import numpy as np
 from aiortc.mediastreams import MediaStreamError
 
 from pipelines.clock import WallClock
+from pipelines.errors import ApiError
 from pipelines.protocol import Error, Event, Metrics, Reply, ServerMessage, Transcript
 from pipelines.session import SessionPipeline
 from pipelines.voice.audio import OUT_RATE
@@ -41,16 +40,11 @@ MAX_TEXT_CHARS = 4000
 DRAIN_LIMIT_S = 120.0  # after the client half-closes, how long the last reply may take to finish playing
 
 
-@dataclass(frozen=True)
-class Abort:
-    """Ends the call with a status (put on the outbound queue)."""
-
-    code: grpc.StatusCode
-    message: str
-
-
-class BadInput(ValueError):
+class BadInput(ApiError):
     """A malformed ConversationInput; ends the call with INVALID_ARGUMENT."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("invalid_request", message)
 
 
 class _End:
@@ -94,7 +88,7 @@ class Conversation:
         self.output_rate = config.output_sample_rate or OUT_RATE
         self.voice = voice
         # One slot more than the limit, so an overflow can still be told to the client as a status.
-        self.outbound: asyncio.Queue[pb.ConversationOutput | Abort | _End] = asyncio.Queue(
+        self.outbound: asyncio.Queue[pb.ConversationOutput | ApiError | _End] = asyncio.Queue(
             settings.grpc.outbound_queue_messages + 1)
         self.pipeline = SessionPipeline(
             self.id, origin="grpc", clock=WallClock(), emit=self._emit, config=settings.session_defaults(),
@@ -114,18 +108,19 @@ class Conversation:
         self._tasks.append(asyncio.create_task(self._play_reply_audio(), name=f"{self.id}:grpc-audio"))
         self._tasks.append(asyncio.create_task(self._read(inputs), name=f"{self.id}:grpc-read"))
 
-    async def outputs(self) -> AsyncIterator[pb.ConversationOutput | Abort]:
+    async def outputs(self) -> AsyncIterator[pb.ConversationOutput | ApiError]:
+        """What to send, ending with an ``ApiError`` (the call's status) when the conversation fails."""
         while True:
             item = await self.outbound.get()
             if isinstance(item, _End):
                 return
             yield item
-            if isinstance(item, Abort):
+            if isinstance(item, ApiError):
                 return
 
     # ------------------------------------------------------------------ out
 
-    def _put(self, item: pb.ConversationOutput | Abort | _End) -> None:
+    def _put(self, item: pb.ConversationOutput | ApiError | _End) -> None:
         if self._closed:
             return
         if self.outbound.qsize() >= self.settings.grpc.outbound_queue_messages:
@@ -133,8 +128,8 @@ class Conversation:
             while not self.outbound.empty():
                 self.outbound.get_nowait()
             self._closed = True
-            self.outbound.put_nowait(Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "the client did not read its "
-                                           f"messages ({self.settings.grpc.outbound_queue_messages} queued)"))
+            self.outbound.put_nowait(ApiError("client_not_reading", "the client did not read its messages "
+                                              f"({self.settings.grpc.outbound_queue_messages} queued)"))
             return
         self.outbound.put_nowait(item)
 
@@ -187,15 +182,15 @@ class Conversation:
                 await self._handle(message)
             await self._finish()
         except (BadAudio, BadInput, UndecodableMessage) as error:
-            self._put(Abort(grpc.StatusCode.INVALID_ARGUMENT, str(error)))
+            self._put(error)
         except TimeoutError:
-            self._put(Abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"the last reply did not finish within "
-                                                                f"{DRAIN_LIMIT_S:g} s of the end of input"))
+            self._put(ApiError("reply_timeout", f"the last reply did not finish within {DRAIN_LIMIT_S:g} s of the "
+                                                "end of input"))
         except asyncio.CancelledError:
             raise
         except Exception as error:  # a bug must end this call with a status, not hang it
             log.exception("Converse %s failed", self.id)
-            self._put(Abort(grpc.StatusCode.INTERNAL, f"conversation failed: {error}"))
+            self._put(ApiError("internal", f"conversation failed: {error}"))
 
     async def _handle(self, message: pb.ConversationInput) -> None:
         kind = message.WhichOneof("input")

@@ -1,12 +1,11 @@
-"""Undecodable requests end with INVALID_ARGUMENT, not grpc.aio's UNKNOWN.
+"""Undecodable requests end with INVALID_ARGUMENT (code ``invalid_message``), not grpc.aio's UNKNOWN.
 
 grpc.aio parses each request message with the method's deserializer before any servicer code runs, with no
 context to set a status on: bytes that are not the method's protobuf message end the call with UNKNOWN
 ("Unexpected DecodeError"), which says "server bug" to the client. ``DecodeRequests`` (the innermost
 interceptor) takes the parsing over: the method handler receives raw bytes and parses them in the call, where a
-failure has a status. A unary request that does not parse aborts the call at once; in a request stream the
-iterator raises ``UndecodableMessage`` (after setting INVALID_ARGUMENT on the call, so even a method that does
-not catch it ends with that code), and the streaming methods catch it like their other malformed input.
+failure has a status. A message that does not parse raises ``UndecodableMessage``, an ``ApiError``: at once for a
+unary request, from the iterator in a request stream; ``server.grpc_api.errors.ApiErrors`` ends the call with it.
 """
 
 from __future__ import annotations
@@ -17,56 +16,52 @@ from typing import Any
 
 import grpc
 
+from pipelines.errors import ApiError
 from server.grpc_api.handlers import behavior_of, with_behavior
 
 Parse = Callable[[bytes], Any]
 
 
-class UndecodableMessage(ValueError):
-    """A request message in a stream is not the method's protobuf message."""
+class UndecodableMessage(ApiError):
+    """A request message is not the method's protobuf message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("invalid_message", message)
 
 
 def _describe(method: str, error: Exception) -> str:
     return f"the request to {method.rsplit('/', 1)[-1]} is not a valid protobuf message of its type: {error}"
 
 
-async def _parse_unary(raw: bytes, parse: Parse, method: str, context: grpc.aio.ServicerContext) -> Any:
+def _parse(raw: bytes, parse: Parse, method: str) -> Any:
     try:
         return parse(raw)
     except Exception as error:  # DecodeError, or anything else a parser raises on hostile bytes
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _describe(method, error))
+        raise UndecodableMessage(_describe(method, error)) from None
 
 
-async def _parse_stream(raws: AsyncIterator[bytes], parse: Parse, method: str,
-                        context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+async def _parse_stream(raws: AsyncIterator[bytes], parse: Parse, method: str) -> AsyncIterator[Any]:
     async for raw in raws:
-        try:
-            message = parse(raw)
-        except Exception as error:
-            reason = _describe(method, error)
-            context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
-            context.set_details(reason)
-            raise UndecodableMessage(reason) from None
-        yield message
+        yield _parse(raw, parse, method)
 
 
 def _decoding(handler: grpc.RpcMethodHandler, method: str) -> Callable[..., Any]:
     behavior, parse = behavior_of(handler), handler.request_deserializer
 
-    async def request_of(raw: Any, context: grpc.aio.ServicerContext) -> Any:
+    def request_of(raw: Any) -> Any:
         if handler.request_streaming:
-            return _parse_stream(raw, parse, method, context)
-        return await _parse_unary(raw, parse, method, context)
+            return _parse_stream(raw, parse, method)
+        return _parse(raw, parse, method)
 
     if handler.response_streaming:
         async def streaming(raw: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            async with contextlib.aclosing(behavior(await request_of(raw, context), context)) as responses:
+            async with contextlib.aclosing(behavior(request_of(raw), context)) as responses:
                 async for response in responses:  # closed with this one (see metrics._streaming)
                     yield response
         return streaming
 
     async def unary(raw: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await behavior(await request_of(raw, context), context)
+        return await behavior(request_of(raw), context)
     return unary
 
 

@@ -1,7 +1,7 @@
 """gRPC ``Predict`` / ``StreamPredict`` through the app's chat service: the same validation limits (``api.*``),
 cache, prompt fitting and content filter as ``POST /v1/chat/completions``. A ``PredictRequest`` is mapped onto
 the HTTP body model and validated by the same function; refusals are ``ApiError``s, ended with the gRPC status
-their code stands for.
+their code stands for (``server.grpc_api.errors``).
 
 Two differences, kept from before the two shared a pipeline: an unset temperature is 0 (OpenAI's HTTP default is
 1), and ``model_id`` is not checked against the served models: the LLM (router) refuses a model nobody serves,
@@ -26,21 +26,7 @@ from pipelines.serving.prompt import PromptTooLong
 from pipelines.serving.telemetry import StageTimer
 from server.chat_request import ChatCompletionBody
 from server.chat_service import ChatService, chat_error
-from server.errors import http_status
 from server.grpc_api import inference_pb2 as pb
-
-GRPC_STATUS_FOR_HTTP = {
-    400: grpc.StatusCode.INVALID_ARGUMENT, 401: grpc.StatusCode.UNAUTHENTICATED,
-    403: grpc.StatusCode.PERMISSION_DENIED, 404: grpc.StatusCode.NOT_FOUND,
-    409: grpc.StatusCode.FAILED_PRECONDITION, 413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    415: grpc.StatusCode.INVALID_ARGUMENT, 422: grpc.StatusCode.INVALID_ARGUMENT,
-    429: grpc.StatusCode.RESOURCE_EXHAUSTED, 500: grpc.StatusCode.INTERNAL, 503: grpc.StatusCode.UNAVAILABLE,
-}
-
-
-def grpc_status(error: ApiError) -> grpc.StatusCode:
-    """The code's status, through the HTTP edge's table: one mapping from codes to statuses, not two."""
-    return GRPC_STATUS_FOR_HTTP.get(http_status(error), grpc.StatusCode.INVALID_ARGUMENT)
 
 
 def chat_body(request: pb.PredictRequest, default_model: str) -> ChatCompletionBody:
@@ -88,7 +74,7 @@ class ChatPredictor:
 
     async def _events(self, request: pb.PredictRequest, context: grpc.aio.ServicerContext,
                       ) -> AsyncIterator[ChatDelta | ChatEnd]:
-        """The pipeline's events; any refusal ends the call with its status."""
+        """The pipeline's events; a refusal is an ``ApiError`` (the call's status: ``server.grpc_api.errors``)."""
         try:
             chat = self.validate(request)
             with self.chat.slot():
@@ -101,10 +87,7 @@ class ChatPredictor:
                 finally:
                     await plan.discard_generation()
         except (PromptTooLong, LlmRequestError, LlmUnavailable) as exc:
-            error = chat_error(exc)
-            await context.abort(grpc_status(error), error.message)
-        except ApiError as error:
-            await context.abort(grpc_status(error), error.message)
+            raise chat_error(exc) from None
 
     async def predict(self, request: pb.PredictRequest, context: grpc.aio.ServicerContext) -> pb.PredictResponse:
         received = time.perf_counter()

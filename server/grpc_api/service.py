@@ -2,11 +2,12 @@
 
 Predict / StreamPredict run the app's chat pipeline (``server.grpc_api.predict``: the same limits, cache,
 prompt fitting and content filter as ``/v1/chat/completions``), StreamInput the Whisper model, Converse the voice
-loop. Auth: the HTTP token, as ``authorization: Bearer <token>`` metadata. Errors are statuses with a message:
+loop. Auth: the HTTP token, as ``authorization: Bearer <token>`` metadata. Errors are ``ApiError``s, raised
+anywhere and ended with the status their code stands for by one interceptor (``server.grpc_api.errors``):
 INVALID_ARGUMENT (malformed request or audio; bytes that are not the method's message: ``decoding``),
-UNAUTHENTICATED, RESOURCE_EXHAUSTED (too much audio, too many conversations or RPCs, oversized messages: grpc's
-own check), UNAVAILABLE (no LLM upstream can serve the request, the chat service busy), FAILED_PRECONDITION (the
-voice loop is disabled).
+UNAUTHENTICATED, RESOURCE_EXHAUSTED (too much audio, too many conversations; too many RPCs and oversized messages
+are grpc's own checks), UNAVAILABLE (no LLM upstream can serve the request, the chat service busy),
+FAILED_PRECONDITION (the voice loop is disabled), DEADLINE_EXCEEDED (a reply that never finishes).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 from aiohttp import web
 
 from models.stt import WhisperStt
+from pipelines.errors import ApiError
 from pipelines.voice.loop import VoiceLoop
 from server.auth import bearer_token
 from server.chat_service import CHAT_SERVICE, ChatService
@@ -33,8 +35,9 @@ from server.engines import Engines
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
 from server.grpc_api.audio import BadAudio, PcmDecoder, decode_container, encoding_of
-from server.grpc_api.conversation import Abort, Conversation
-from server.grpc_api.decoding import DecodeRequests, UndecodableMessage
+from server.grpc_api.conversation import Conversation
+from server.grpc_api.decoding import DecodeRequests
+from server.grpc_api.errors import ApiErrors
 from server.grpc_api.handlers import with_behavior
 from server.grpc_api.metrics import RpcMetrics
 from server.grpc_api.predict import ChatPredictor
@@ -86,13 +89,7 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
 
     async def StreamInput(self, request_iterator: AsyncIterator[pb.AudioChunk],
                           context: grpc.aio.ServicerContext) -> pb.TranscriptResponse:
-        try:
-            return await self._transcribe_stream(request_iterator)
-        except (BadAudio, UndecodableMessage) as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        except _TooLong as error:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
-        raise AssertionError("unreachable: abort raises")
+        return await self._transcribe_stream(request_iterator)
 
     async def _transcribe_stream(self, chunks: AsyncIterator[pb.AudioChunk]) -> pb.TranscriptResponse:
         max_s = self.settings.grpc.max_audio_s
@@ -113,12 +110,12 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
                 # resampling a large chunk (up to grpc.max_message_bytes) takes a while: off the event loop
                 samples.append(await asyncio.to_thread(pcm.samples_16k, chunk.data))
                 if pcm.seconds > max_s:
-                    raise _TooLong(f"more than grpc.max_audio_s={max_s:g} s of audio")
+                    raise ApiError("audio_too_long", f"more than grpc.max_audio_s={max_s:g} s of audio")
             else:
                 container += chunk.data
                 if len(container) > max_s * MAX_CONTAINER_BYTES_PER_S:
-                    raise _TooLong(f"more than {len(container)} bytes of {encoding} audio: longer than "
-                                   f"grpc.max_audio_s={max_s:g} s")
+                    raise ApiError("audio_too_long", f"more than {len(container)} bytes of {encoding} audio: "
+                                                     f"longer than grpc.max_audio_s={max_s:g} s")
         end_of_input = time.perf_counter()
         if not encoding:
             raise BadAudio("no audio chunks were sent")
@@ -128,7 +125,7 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
             audio = await asyncio.to_thread(decode_container, bytes(container), encoding)
         duration = audio.size / 16000
         if duration > max_s:
-            raise _TooLong(f"{duration:.1f} s of audio is more than grpc.max_audio_s={max_s:g} s")
+            raise ApiError("audio_too_long", f"{duration:.1f} s of audio is more than grpc.max_audio_s={max_s:g} s")
         if audio.size == 0:
             raise BadAudio("the stream held no audio samples")
         stt = await self.stt()
@@ -147,31 +144,27 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
     async def Converse(self, request_iterator: AsyncIterator[pb.ConversationInput],
                        context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ConversationOutput]:
         if self.analyzers.audio is None:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                "the voice loop is disabled on this server (voice.enabled)")
+            raise ApiError("voice_disabled", "the voice loop is disabled on this server (voice.enabled)")
         limit = self.settings.grpc.max_conversations
         if self._conversation_slots >= limit:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"conversation limit reached ({limit})")
+            raise ApiError("too_many_conversations", f"conversation limit reached ({limit})")
         self._conversation_slots += 1  # taken before the first await, so concurrent calls cannot overshoot
         conversation: Conversation | None = None
         try:
             inputs = aiter(request_iterator)
-            try:
-                first = await anext(inputs, None)
-            except UndecodableMessage as error:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            first = await anext(inputs, None)
             config = pb.ConversationConfig()
             if first is not None and first.WhichOneof("input") == "config":
                 config, first = first.config, None
             voice = self.analyzers.audio("grpc")
             if not isinstance(voice, VoiceLoop):
                 await voice.close()
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this server has no voice loop configured")
+                raise ApiError("voice_disabled", "this server has no voice loop configured")
             try:
                 conversation = Conversation(self.settings, voice, config)
-            except BadAudio as error:
+            except BadAudio:
                 await voice.close()
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+                raise
 
             async def all_inputs() -> AsyncIterator[pb.ConversationInput]:
                 if first is not None:
@@ -182,8 +175,8 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
             self.conversations.add(conversation)
             conversation.start(all_inputs())
             async for output in conversation.outputs():
-                if isinstance(output, Abort):
-                    await context.abort(output.code, output.message)
+                if isinstance(output, ApiError):
+                    raise output
                 yield output
         finally:
             self._conversation_slots -= 1
@@ -192,16 +185,12 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
                 await conversation.close()
 
 
-class _TooLong(Exception):
-    pass
-
-
 # ---------------------------------------------------------------------- auth and the server's lifecycle
 
 
 def _rejecting(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
     async def reject(request: Any, context: grpc.aio.ServicerContext) -> None:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        raise ApiError("unauthorized", message)
 
     return with_behavior(handler, reject)
 
@@ -242,8 +231,9 @@ class GrpcServer:
         config = self.settings.grpc
         token = self.settings.auth.token.get_secret_value() if self.settings.auth.token else None
         server = grpc.aio.server(
-            # metrics first: it sees the rejections; request parsing last: inside the call, where it has a status
-            interceptors=[RpcMetrics(), *([TokenAuth(token)] if token else []), DecodeRequests()],
+            # metrics first: it counts the status the client sees; ApiErrors outside auth: it ends the rejections
+            # too; request parsing last: inside the call, where it has a status
+            interceptors=[RpcMetrics(), ApiErrors(), *([TokenAuth(token)] if token else []), DecodeRequests()],
             maximum_concurrent_rpcs=config.max_concurrent_rpcs,
             options=[
                 ("grpc.max_send_message_length", config.max_message_bytes),
