@@ -19,11 +19,10 @@ from server.errors import read_json_body
 from server.openapi import build_openapi
 from server.probes import Liveness, Readiness, has_valid_token, livez, readyz
 from server.routes import Route
-from server.sessions import OfferRejected, SessionRegistry, serialize
+from server.sessions import SessionRegistry, serialize
 from server.sources import (
     MediaPathError,
     PathOutsideMediaRoot,
-    SourceLimitReached,
     SourceManager,
     SourceRequest,
     Subscriber,
@@ -116,15 +115,12 @@ def _sources(request: web.Request) -> SourceManager:
 
 async def offer(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
-    try:
-        await _sessions(request).admit_offer(request.remote or "unknown")  # before the body is even read
-        body: OfferRequest = await read_json_body(request, OfferRequest)
-        config = settings.session_defaults()
-        if body.options is not None:
-            config = config.merged(body.options)
-        session, answer = await _sessions(request).open(body.sdp, config)
-    except OfferRejected as rejected:
-        raise ApiError(rejected.code, rejected.message, retry_after_s=rejected.retry_after_s) from None
+    await _sessions(request).admit_offer(request.remote or "unknown")  # before the body is even read
+    body: OfferRequest = await read_json_body(request, OfferRequest)
+    config = settings.session_defaults()
+    if body.options is not None:
+        config = config.merged(body.options)
+    session, answer = await _sessions(request).open(body.sdp, config)
     return _json(OfferResponse(sdp=answer.sdp, session_id=session.id))
 
 
@@ -195,8 +191,6 @@ async def create_source(request: web.Request) -> web.Response:
         raise ApiError("invalid_path", str(error), param="path", kind="forbidden") from None
     except MediaPathError as error:
         raise ApiError("invalid_path", str(error), param="path") from None
-    except SourceLimitReached as error:
-        raise ApiError("too_many_sources", str(error)) from None
     return _json(SourceInfo.model_validate(source.describe()), status=201)
 
 

@@ -18,6 +18,7 @@ from aiortc.rtcdatachannel import RTCDataChannel
 from aiortc.sdp import SessionDescription
 
 from pipelines.clock import Clock, WallClock
+from pipelines.errors import ApiError
 from pipelines.protocol import ServerMessage, SessionConfig
 from pipelines.serving.ratelimit import InProcessRateLimiter
 from pipelines.session import (
@@ -73,26 +74,19 @@ class Analyzers:
         )
 
 
-class OfferRejected(Exception):
-    def __init__(self, status: int, code: str, message: str, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-        self.retry_after_s = retry_after_s
-
-
 def check_connectable_offer(sdp: str) -> SessionDescription:
     """Refuse (400) an offer no peer could ever connect with, before it takes a session slot: it must parse,
     and its data-channel section needs a port, ICE credentials and a DTLS fingerprint."""
     try:
         parsed = SessionDescription.parse(sdp)
     except Exception as error:  # aiortc's parser raises ValueError, IndexError, ... on garbage
-        raise OfferRejected(400, "invalid_sdp", f"cannot parse the SDP: {error!r}"[:500]) from None
+        raise ApiError("invalid_sdp", f"cannot parse the SDP: {error!r}"[:500]) from None
     if not sdp.lstrip().startswith("v=0") or not parsed.media:
-        raise OfferRejected(400, "invalid_sdp", "the SDP has no media sections")
+        raise ApiError("invalid_sdp", "the SDP has no media sections")
     channels = [media for media in parsed.media if media.kind == "application"]
     if not channels:
-        raise OfferRejected(400, "no_data_channel",
-                            f"the offer has no data channel: create one labelled '{RESULTS_LABEL}' first")
+        raise ApiError("no_data_channel",
+                       f"the offer has no data channel: create one labelled '{RESULTS_LABEL}' first")
     bundled = {str(mid) for group in parsed.group if group.semantic == "BUNDLE" for mid in group.items}
     for media in channels:
         missing = [what for what, present in (
@@ -103,8 +97,8 @@ def check_connectable_offer(sdp: str) -> SessionDescription:
             ("a DTLS fingerprint", bool(media.dtls and media.dtls.fingerprints)),
         ) if not present]
         if missing:
-            raise OfferRejected(400, "not_connectable",
-                                "the offer's data-channel section lacks " + ", ".join(missing))
+            raise ApiError("not_connectable",
+                           "the offer's data-channel section lacks " + ", ".join(missing))
     return parsed
 
 
@@ -216,28 +210,28 @@ class SessionRegistry:
         return len(self.sessions) + self._reserved
 
     async def admit_offer(self, client: str) -> None:
-        """The per-client offer rate limit (``webrtc.offer_rate_limit``); raises OfferRejected(429)."""
+        """The per-client offer rate limit (``webrtc.offer_rate_limit``); raises ApiError ``too_many_offers``."""
         limit = self.settings.webrtc.offer_rate_limit
         if limit is None:
             return
         decision = await self._offer_rate.hit(client, limit.requests, limit.window_s)
         if not decision.allowed:
-            raise OfferRejected(429, "too_many_offers",
-                                f"more than {limit.requests} offers in {limit.window_s:g} s from this client",
-                                retry_after_s=decision.retry_after_s)
+            raise ApiError("too_many_offers",
+                           f"more than {limit.requests} offers in {limit.window_s:g} s from this client",
+                           retry_after_s=decision.retry_after_s)
 
     async def open(self, sdp: str, config: SessionConfig) -> tuple[WebRTCSession, RTCSessionDescription]:
-        """Answer an offer; raises OfferRejected (never leaves a half-open session or a held slot behind).
+        """Answer an offer; raises ApiError (never leaves a half-open session or a held slot behind).
 
         The offer is checked and its slot reserved before the first await, so concurrent offers cannot
         overshoot ``sessions.max_sessions``."""
         check_connectable_offer(sdp)
         limits = self.settings.sessions
         if self.occupied >= limits.max_sessions:
-            raise OfferRejected(429, "too_many_sessions", f"session limit reached ({limits.max_sessions})")
+            raise ApiError("too_many_sessions", f"session limit reached ({limits.max_sessions})")
         if refusal := self.load.refusal(self._young(), limits.max_loop_load, limits.max_media_delay_s,
                                         limits.busy_retry_after_s):
-            raise OfferRejected(503, "server_busy", refusal.message, retry_after_s=refusal.retry_after_s)
+            raise ApiError("server_busy", refusal.message, retry_after_s=refusal.retry_after_s)
         self._reserved += 1
         try:
             return await self._open(sdp, config)
@@ -285,7 +279,7 @@ class SessionRegistry:
             raise
         except Exception as error:  # aiortc raises ValueError, KeyError, ... on bad SDP
             await self._discard_unopened(session)
-            raise OfferRejected(400, "invalid_sdp", f"cannot use this offer: {error!r}"[:500]) from None
+            raise ApiError("invalid_sdp", f"cannot use this offer: {error!r}"[:500]) from None
 
         self.sessions[session_id] = session
         SESSIONS.set(len(self.sessions))

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipelines.clock import Clock, VirtualClock, WallClock
+from pipelines.errors import ApiError
 from pipelines.protocol import Event, ServerMessage, SessionConfigPatch
 from pipelines.session import SessionPipeline
 from pipelines.sources.container import ContainerSource, PacketSink, ReaderSettings, SourceState
@@ -135,10 +136,6 @@ class ManagedSource:
         }
 
 
-class SourceLimitReached(Exception):
-    pass
-
-
 class SourceManager:
     def __init__(self, settings: Settings, analyzers: Analyzers | None = None) -> None:
         self.settings = settings
@@ -159,10 +156,10 @@ class SourceManager:
         return ReaderSettings(**self.settings.sources.model_dump(include=fields))
 
     def start(self, request: SourceRequest, source_id: str | None = None) -> ManagedSource:
-        """Validate and start a source; raises MediaPathError or SourceLimitReached. ``source_id``: the id the
-        cluster gave it (the same on whichever node runs it)."""
+        """Validate and start a source; raises MediaPathError or ApiError ``too_many_sources``. ``source_id``: the
+        id the cluster gave it (the same on whichever node runs it)."""
         if len(self.sources) >= self.settings.sessions.max_sources:
-            raise SourceLimitReached(f"source limit reached ({self.settings.sessions.max_sources})")
+            raise ApiError("too_many_sources", f"source limit reached ({self.settings.sessions.max_sources})")
         if request.path is not None:
             root = self.settings.sources.media_root
             real = resolve_media_path(root, request.path)
