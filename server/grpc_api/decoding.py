@@ -11,13 +11,13 @@ unary request, from the iterator in a request stream; ``server.grpc_api.errors.A
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 
 from pipelines.errors import ApiError
-from server.grpc_api.handlers import behavior_of, with_behavior
+from server.grpc_api.handlers import HandlerInterceptor, behavior_of, with_behavior
 
 Parse = Callable[[bytes], Any]
 
@@ -65,15 +65,11 @@ def _decoding(handler: grpc.RpcMethodHandler, method: str) -> Callable[..., Any]
     return unary
 
 
-class DecodeRequests(grpc.aio.ServerInterceptor):
+class DecodeRequests(HandlerInterceptor):
     """Put it last among the interceptors: the handler it returns takes raw bytes (no request deserializer), so
     the interceptors before it (metrics, auth) wrap a handler that parses inside the call."""
 
-    async def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.request_deserializer is None:
+    def wrap(self, handler: grpc.RpcMethodHandler, call: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        if handler.request_deserializer is None:
             return handler
-        return with_behavior(handler, _decoding(handler, handler_call_details.method), request_deserializer=None)
+        return with_behavior(handler, _decoding(handler, call.method), request_deserializer=None)

@@ -7,14 +7,14 @@ and the HTTP-to-gRPC table below: a new code that is not a 400 is one line in ``
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 
 from pipelines.errors import ApiError
 from server.errors import http_status
-from server.grpc_api.handlers import behavior_of, with_behavior
+from server.grpc_api.handlers import HandlerInterceptor, behavior_of, with_behavior
 
 GRPC_STATUS_FOR_HTTP = {
     400: grpc.StatusCode.INVALID_ARGUMENT, 401: grpc.StatusCode.UNAUTHENTICATED,
@@ -59,15 +59,9 @@ def _ending_errors(handler: grpc.RpcMethodHandler) -> Callable[..., Any]:
     return unary
 
 
-class ApiErrors(grpc.aio.ServerInterceptor):
+class ApiErrors(HandlerInterceptor):
     """Ends a call that raised ``ApiError`` with its status. Put it outside the auth interceptor (so the rejection
     it returns is covered) and inside the metrics one (which then counts the status the client sees)."""
 
-    async def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
+    def wrap(self, handler: grpc.RpcMethodHandler, call: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         return with_behavior(handler, _ending_errors(handler))

@@ -1,8 +1,9 @@
-"""Interceptor plumbing: rebuild a method handler around a new behaviour, keeping its kind and serializers."""
+"""Interceptor plumbing: rebuild a method handler around a new behaviour, keeping its kind and serializers; the
+base of Vigil's interceptors, which each rebuild the handler of every method the server has."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -30,3 +31,18 @@ def with_behavior(handler: grpc.RpcMethodHandler, behavior: Callable[..., Any],
         request_deserializer = handler.request_deserializer
     return make(behavior, request_deserializer=request_deserializer,
                 response_serializer=handler.response_serializer)
+
+
+class HandlerInterceptor(grpc.aio.ServerInterceptor):
+    """An interceptor that rebuilds the handler of each method the server has (``wrap``); an unknown method's
+    ``None`` passes through (grpc answers UNIMPLEMENTED)."""
+
+    def wrap(self, handler: grpc.RpcMethodHandler, call: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        raise NotImplementedError
+
+    async def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        return handler if handler is None else self.wrap(handler, handler_call_details)

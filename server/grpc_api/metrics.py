@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
-from server.grpc_api.handlers import behavior_of, with_behavior
+from server.grpc_api.handlers import HandlerInterceptor, behavior_of, with_behavior
 
 CALLS = Counter("vigil_grpc_calls_total", "gRPC calls by method and final status code.", ["method", "code"])
 IN_FLIGHT = Gauge("vigil_grpc_calls_in_flight", "gRPC calls in progress, by method.", ["method"])
@@ -80,16 +80,10 @@ def _streaming(method: str, behavior: Callable[..., Any]) -> Callable[..., Async
     return wrapped
 
 
-class RpcMetrics(grpc.aio.ServerInterceptor):
+class RpcMetrics(HandlerInterceptor):
     """Put it first among the interceptors, so it also sees the calls that later ones (auth) reject."""
 
-    async def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        method = handler_call_details.method.rsplit("/", 1)[-1]
+    def wrap(self, handler: grpc.RpcMethodHandler, call: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        method = call.method.rsplit("/", 1)[-1]
         record = _streaming if handler.response_streaming else _unary
         return with_behavior(handler, record(method, behavior_of(handler)))

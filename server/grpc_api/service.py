@@ -17,7 +17,7 @@ import contextlib
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -38,7 +38,7 @@ from server.grpc_api.audio import BadAudio, PcmDecoder, decode_container, encodi
 from server.grpc_api.conversation import Conversation
 from server.grpc_api.decoding import DecodeRequests
 from server.grpc_api.errors import ApiErrors
-from server.grpc_api.handlers import with_behavior
+from server.grpc_api.handlers import HandlerInterceptor, with_behavior
 from server.grpc_api.metrics import RpcMetrics
 from server.grpc_api.predict import ChatPredictor
 
@@ -195,20 +195,14 @@ def _rejecting(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHa
     return with_behavior(handler, reject)
 
 
-class TokenAuth(grpc.aio.ServerInterceptor):
+class TokenAuth(HandlerInterceptor):
     """The HTTP API's bearer token, as ``authorization: Bearer <token>`` call metadata."""
 
     def __init__(self, token: str) -> None:
         self.token = token
 
-    async def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        header = next((value for key, value in handler_call_details.invocation_metadata or ()
+    def wrap(self, handler: grpc.RpcMethodHandler, call: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        header = next((value for key, value in call.invocation_metadata or ()
                        if key == "authorization"), "")
         given = bearer_token(header) if isinstance(header, str) else None
         if given is None:
