@@ -31,9 +31,9 @@ import openai
 
 from models.llm import ChatMessage, LanguageModel, LlmRequest
 from server.app import create_app
+from server.chat_service import CHAT_SERVICE
 from server.config import load_settings
 from server.http_server import start_serving
-from server.openai_api import CHAT_API
 
 MODEL = "smollm2-135m-instruct"
 KEY = "bench-key"
@@ -153,7 +153,7 @@ async def main(args: argparse.Namespace) -> None:
     })
     runner = await start_serving(create_app(settings), "127.0.0.1", 0, shutdown_timeout=5.0)
     url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    api = runner.app[CHAT_API]
+    api = runner.app[CHAT_SERVICE]
     pipeline = await api.pipeline()
     llm = pipeline.llm  # the very backend object Vigil serves with
     client = openai.AsyncOpenAI(base_url=url, api_key=KEY, max_retries=0, timeout=600)

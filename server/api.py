@@ -14,10 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipelines.errors import ApiError
 from pipelines.protocol import MediaCounts, SessionConfig, SessionConfigPatch
 from pipelines.session import handle_client_message
-from server import __version__
 from server.errors import read_json_body
 from server.openapi import build_openapi
-from server.probes import Liveness, Readiness, has_valid_token, livez, readyz
+from server.probes import Health, Liveness, Readiness, healthz, livez, readyz
 from server.routes import Route
 from server.sessions import SessionRegistry, serialize
 from server.sources import (
@@ -87,15 +86,6 @@ class SessionList(BaseModel):
 class SourceList(BaseModel):
     sources: list[SourceInfo]
     partial: bool = Field(False, description=_PARTIAL)
-
-
-class Health(BaseModel):
-    """Liveness; the details only with the token (or on a server without one)."""
-
-    status: Literal["ok"] = "ok"
-    version: str | None = None
-    sessions: int | None = None
-    sources: int | None = None
 
 
 def _json(model: BaseModel, status: int = 200) -> web.Response:
@@ -264,12 +254,6 @@ async def source_results(request: web.Request) -> web.WebSocketResponse:
         sender.cancel()
         await ws.close()
     return ws
-
-
-async def healthz(request: web.Request) -> web.Response:
-    if not has_valid_token(request):  # a liveness probe holds no secret, and learns nothing more
-        return web.json_response(text=Health().model_dump_json(exclude_none=True))
-    return _json(Health(version=__version__, sessions=len(_sessions(request)), sources=len(_sources(request))))
 
 
 async def metrics(request: web.Request) -> web.Response:

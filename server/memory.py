@@ -87,10 +87,10 @@ def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers)
 
         analyzers.audio = audio_with_recall
 
-    from server.openai_api import CHAT_API
+    from server.chat_service import CHAT_SERVICE
 
-    if CHAT_API in app:
-        app[CHAT_API].document_retriever = lambda raw, chat: chat_documents(index, settings, raw, chat)
+    if CHAT_SERVICE in app:
+        app[CHAT_SERVICE].document_retriever = lambda raw, chat: chat_documents(index, settings, raw, chat)
 
     async def start(app: web.Application) -> None:
         index.start()

@@ -35,8 +35,6 @@ from server.errors import openai_error_body, read_json_body
 from server.sse import SSE_DONE, sse_event
 from server.v1_ingress import STAGE_TIMER
 
-ChatApi = ChatService  # the name tests and older code use
-CHAT_API = CHAT_SERVICE
 DISCONNECTS = web.AppKey("chat_disconnects", DisconnectWatcher)
 DOCUMENT_SOURCES = web.RequestKey("vigil_document_sources", list)  # chunks retrieved from a collection
 

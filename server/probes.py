@@ -12,11 +12,12 @@ from typing import Literal
 from aiohttp import web
 from pydantic import BaseModel, Field
 
+from server import __version__
 from server.audio_api import AUDIO
 from server.auth import presented_token
+from server.chat_service import CHAT_SERVICE
 from server.memory import MEMORY
-from server.openai_api import CHAT_API
-from server.state import SESSIONS, SETTINGS
+from server.state import SESSIONS, SETTINGS, SOURCES
 
 
 @dataclass
@@ -32,6 +33,15 @@ class Liveness(BaseModel):
     status: Literal["ok"] = "ok"
 
 
+class Health(BaseModel):
+    """Liveness; the details only with the token (or on a server without one)."""
+
+    status: Literal["ok"] = "ok"
+    version: str | None = None
+    sessions: int | None = None
+    sources: int | None = None
+
+
 class Readiness(BaseModel):
     status: Literal["ready", "starting"]
     models: dict[str, ModelState] | None = Field(
@@ -43,7 +53,7 @@ def model_states(app: web.Application) -> dict[str, ModelState]:
     memory's embedder when the timeline feeds it), loaded on first use (the rest, until a request loads it), or
     off."""
     settings, analyzers = app[SETTINGS], app[SESSIONS].analyzers
-    chat = app.get(CHAT_API)
+    chat = app.get(CHAT_SERVICE)
     audio = app.get(AUDIO)
     memory = app.get(MEMORY)
 
@@ -73,6 +83,13 @@ def has_valid_token(request: web.Request) -> bool:
     if token is None:
         return True  # an open server shows everything anyway
     return given is not None and hmac.compare_digest(given.encode(), token.get_secret_value().encode())
+
+
+async def healthz(request: web.Request) -> web.Response:
+    if not has_valid_token(request):  # a liveness probe holds no secret, and learns nothing more
+        return web.json_response(text=Health().model_dump_json(exclude_none=True))
+    health = Health(version=__version__, sessions=len(request.app[SESSIONS]), sources=len(request.app[SOURCES]))
+    return web.json_response(text=health.model_dump_json())
 
 
 async def livez(request: web.Request) -> web.Response:

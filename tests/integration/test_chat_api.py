@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from models.llm import EmbeddedLlm
-from server.openai_api import CHAT_API
+from server.chat_service import CHAT_SERVICE
 from tests.support.llm_server import LlmServer
 from tests.support.ports import free_port
 from tests.support.redis_server import RedisServer
@@ -38,7 +38,7 @@ def client_for(server: Any, key: str = KEY, **options: Any) -> openai.AsyncOpenA
 
 
 def embedded_llm(server: Any) -> EmbeddedLlm:
-    pipeline = server.app[CHAT_API].pipeline_if_loaded
+    pipeline = server.app[CHAT_SERVICE].pipeline_if_loaded
     assert pipeline is not None and isinstance(pipeline.llm, EmbeddedLlm)
     return pipeline.llm
 
@@ -331,7 +331,7 @@ PII_MASKED = "Call me at [PHONE] or write to [EMAIL]. My number is [RRN], thanks
 async def test_pii_is_masked_across_chunk_boundaries(vigil) -> None:
     server = await vigil(api={**KEYS, **NO_CACHE})
     scripted = ScriptedLlmForTest(PII_SCRIPT, name=MODEL)
-    server.app[CHAT_API].use_llm_for_test(scripted)
+    server.app[CHAT_SERVICE].use_llm_for_test(scripted)
     client = client_for(server)
     stream = await client.chat.completions.create(model=MODEL, messages=FRANCE, stream=True)
     deltas = [c.choices[0].delta.content async for c in stream if c.choices and c.choices[0].delta.content]
@@ -388,7 +388,7 @@ async def test_logprobs_stream_and_non_stream(vigil) -> None:
 
 async def test_logprobs_never_echo_masked_pii(vigil) -> None:
     server = await vigil(api={**KEYS, **NO_CACHE})
-    server.app[CHAT_API].use_llm_for_test(ScriptedLlmForTest(PII_SCRIPT, name=MODEL, logprob=-0.5))
+    server.app[CHAT_SERVICE].use_llm_for_test(ScriptedLlmForTest(PII_SCRIPT, name=MODEL, logprob=-0.5))
     client = client_for(server)
     stream = await client.chat.completions.create(model=MODEL, messages=FRANCE, stream=True, logprobs=True)
     chunks = [c async for c in stream if c.choices and c.choices[0].delta.content]
@@ -405,7 +405,7 @@ async def test_logprobs_never_echo_masked_pii(vigil) -> None:
 async def test_blocked_pattern_ends_the_answer(vigil) -> None:
     server = await vigil(api={**KEYS, **NO_CACHE, "content_filter": {"block_patterns": [r"(?i)launch codes?"]}})
     scripted = ScriptedLlmForTest(["Sure. The laun", "ch code is 0000", " and more text", " after it."], name=MODEL)
-    server.app[CHAT_API].use_llm_for_test(scripted)
+    server.app[CHAT_SERVICE].use_llm_for_test(scripted)
     client = client_for(server)
     stream = await client.chat.completions.create(model=MODEL, messages=FRANCE, stream=True)
     chunks = [c async for c in stream]
@@ -421,18 +421,18 @@ async def test_generations_in_flight_are_bounded(vigil) -> None:
     server = await vigil(api={**KEYS, **NO_CACHE, "max_in_flight": 1})
     release = asyncio.Event()
     scripted = ScriptedLlmForTest(["One", " answer."], name=MODEL, hold=release)
-    server.app[CHAT_API].use_llm_for_test(scripted)
+    server.app[CHAT_SERVICE].use_llm_for_test(scripted)
     client = client_for(server)
     first = asyncio.create_task(client.chat.completions.create(model=MODEL, messages=FRANCE))
     await scripted.started.wait()
-    assert server.app[CHAT_API].in_flight == 1
+    assert server.app[CHAT_SERVICE].in_flight == 1
     with pytest.raises(openai.InternalServerError) as error:
         await client.chat.completions.create(model=MODEL, messages=FRANCE, stream=True)
     assert error.value.status_code == 503 and error.value.code == "server_busy"
     assert int(error.value.response.headers["retry-after"]) >= 1
     release.set()
     assert (await first).choices[0].message.content == "One answer."
-    assert server.app[CHAT_API].in_flight == 0
+    assert server.app[CHAT_SERVICE].in_flight == 0
     await client.close()
 
 

@@ -8,10 +8,10 @@ import aiohttp
 import grpc
 import pytest
 
+from server.chat_service import CHAT_SERVICE
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
 from server.grpc_api.service import GRPC_SERVER
-from server.openai_api import CHAT_API
 from tests.support.scripted_llm import ScriptedLlmForTest
 
 PII_SCRIPT = ["Call me at 010-12", "34-5678 or write to bo", "b@exam", "ple.com. My number is 900101-1",
@@ -29,7 +29,7 @@ async def test_http_and_grpc_share_one_chat_pipeline(vigil):
     server = await vigil(api={"max_output_tokens": 64, "cache": {"semantic": False}})
     model = server.settings.models.llm.model
     scripted = ScriptedLlmForTest(PII_SCRIPT, name=model)
-    server.app[CHAT_API].use_llm_for_test(scripted)
+    server.app[CHAT_SERVICE].use_llm_for_test(scripted)
     ask = {"model": model, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 32, "temperature": 0}
 
     status, body, cache = await _http_chat(server, **ask)

@@ -25,10 +25,10 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
+from server.chat_service import CHAT_SERVICE
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
 from server.grpc_api.service import GRPC_SERVER
-from server.openai_api import CHAT_API
 from tests.integration.test_fuzz import EXAMPLES_RUN, _bounded, _live_tasks, _open_fds
 from tests.support.scripted_llm import ScriptedLlmForTest
 
@@ -90,7 +90,7 @@ async def harness(vigil) -> AsyncIterator[Harness]:
     server = await vigil(voice={"enabled": True},
                          grpc={"port": 0, "max_message_bytes": MAX_MESSAGE_BYTES, "max_audio_s": MAX_AUDIO_S},
                          api={"rate_limit": None, "cache": {"exact": False, "semantic": False}})
-    server.app[CHAT_API].use_llm_for_test(ScriptedLlmForTest(["Fine."], name=CHAT_MODEL))
+    server.app[CHAT_SERVICE].use_llm_for_test(ScriptedLlmForTest(["Fine."], name=CHAT_MODEL))
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.app[GRPC_SERVER].port}") as channel:
         stub = pb_grpc.InferenceServiceStub(channel)
         await stub.Predict(pb.PredictRequest(prompt="hello"), timeout=30)  # connected before the leak baseline

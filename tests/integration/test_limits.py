@@ -18,11 +18,11 @@ import openai
 import pytest
 
 from server.audio_api import AUDIO
+from server.chat_service import CHAT_SERVICE
 from server.client import VigilClient, VigilError
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
 from server.grpc_api.service import GRPC_SERVER
-from server.openai_api import CHAT_API
 from tests.integration.test_batch_jobs import LONG_SENTENCES
 from tests.support.held_models import HeldModelForTest
 from tests.support.scripted_llm import ScriptedLlmForTest
@@ -183,7 +183,7 @@ async def test_parallel_chat_generations_never_exceed_max_in_flight(vigil):
                               "cache": {"exact": False, "semantic": False}})
     release = asyncio.Event()
     scripted = ScriptedLlmForTest(["Fine."], name=CHAT_MODEL, hold=release)
-    server.app[CHAT_API].use_llm_for_test(scripted)
+    server.app[CHAT_SERVICE].use_llm_for_test(scripted)
     body = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hello"}]}
 
     async def ask(http: aiohttp.ClientSession) -> tuple[int, dict]:
@@ -198,11 +198,11 @@ async def test_parallel_chat_generations_never_exceed_max_in_flight(vigil):
         done = [task for task in pending if task.done()]
         refused = [task.result() for task in done]
         assert len(refused) == 7 and {(s, b["error"]["code"]) for s, b in refused} == {(503, "server_busy")}
-        assert server.app[CHAT_API].in_flight == 3
+        assert server.app[CHAT_SERVICE].in_flight == 3
         release.set()
         answered = await asyncio.gather(*(task for task in pending if task not in done))
         assert [status for status, _ in answered] == [200] * 3
-        assert server.app[CHAT_API].in_flight == 0
+        assert server.app[CHAT_SERVICE].in_flight == 0
         assert (await ask(http))[0] == 200  # free again
 
 
@@ -352,7 +352,7 @@ async def test_parallel_grpc_calls_never_exceed_max_concurrent_rpcs(vigil):
     server = await vigil(grpc={"port": 0, "max_concurrent_rpcs": 3},
                          api={"max_in_flight": 20, "rate_limit": None, "cache": {"exact": False, "semantic": False}})
     release = asyncio.Event()
-    server.app[CHAT_API].use_llm_for_test(ScriptedLlmForTest(["Fine."], name=CHAT_MODEL, hold=release))
+    server.app[CHAT_SERVICE].use_llm_for_test(ScriptedLlmForTest(["Fine."], name=CHAT_MODEL, hold=release))
     channel, stub = grpc_stub(server)
     async with channel:
         calls = [grpc_outcome(stub.Predict(pb.PredictRequest(prompt="hello"))) for _ in range(10)]

@@ -10,8 +10,8 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from server.app import create_app
+from server.chat_service import CHAT_SERVICE
 from server.config import load_settings
-from server.openai_api import CHAT_API
 from server.probes import readyz
 from tests.support.scripted_llm import ScriptedLlmForTest
 
@@ -37,7 +37,7 @@ async def test_probes_need_no_token_and_reveal_nothing_without_it(vigil):
     assert status == 200 and set(health) == {"status", "version", "sessions", "sources"}
 
     model = server.settings.models.llm.model
-    server.app[CHAT_API].use_llm_for_test(ScriptedLlmForTest(["Hello."], name=model))
+    server.app[CHAT_SERVICE].use_llm_for_test(ScriptedLlmForTest(["Hello."], name=model))
     async with aiohttp.ClientSession() as http, http.post(
         server.url + "/v1/chat/completions", headers={"Authorization": "Bearer s3cret"},
         json={"model": model, "messages": [{"role": "user", "content": "Hi"}]},
