@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import logging
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Annotated, Any, Generic, TypeVar, Union
@@ -39,14 +39,16 @@ class Backend(Generic[T]):
 
 class Registry(Generic[T]):
     """The backends of one kind (detector, ...), in registration order; ``default`` is taken when a config
-    section gives no ``backend`` (so ``models.detector.weights`` alone still means the default backend).
+    section gives no ``backend`` (so ``models.detector.weights`` alone still means the default backend): a name,
+    or a function of the section's keys and values that returns one (the detector's depends on the machine).
 
     A key that no backend of the kind declares is always refused. ``ignore_other_backends_keys``: a key that only
     another backend declares is dropped with a warning instead of refused, for a kind whose section was one flat
     model before its backends were split (``models.llm.api_key`` with the embedded LLM was accepted, unused)."""
 
-    def __init__(self, kind: str, default: str, *, ignore_other_backends_keys: bool = False) -> None:
-        self.kind, self.default = kind, default
+    def __init__(self, kind: str, default: str | Callable[[Mapping[str, Any]], str], *,
+                 ignore_other_backends_keys: bool = False) -> None:
+        self.kind, self._default = kind, default
         self.ignore_other_backends_keys = ignore_other_backends_keys
         self.backends: dict[str, Backend[T]] = {}
 
@@ -76,17 +78,25 @@ class Registry(Generic[T]):
         for module in pkgutil.iter_modules(package.__path__):
             importlib.import_module(f"{package.__name__}.{module.name}")
 
+    def default_for(self, section: Mapping[str, Any]) -> str:
+        """The backend a section without ``backend`` means."""
+        return self._default if isinstance(self._default, str) else self._default(section)
+
+    @property
+    def default(self) -> str:
+        """The backend an empty section means."""
+        return self.default_for({})
+
     def default_config(self) -> BackendConfig:
         return self.backends[self.default].config()
 
     def config_type(self) -> Any:
         """``Annotated[Union[...], Discriminator]`` of the registered configs, for a pydantic field."""
-        default = self.default
 
         def which(value: Any) -> str:
             if isinstance(value, dict):
-                return value.get("backend", default)
-            return getattr(value, "backend", default)
+                return value["backend"] if "backend" in value else self.default_for(value)
+            return getattr(value, "backend", None) or self.default
 
         members = tuple(Annotated[b.config, Tag(b.name)] for b in self.backends.values())
         union = Annotated[Union[members], Discriminator(which)]  # noqa: UP007  (a runtime tuple of members)
@@ -97,7 +107,7 @@ class Registry(Generic[T]):
     def _drop_other_backends_keys(self, value: Any) -> Any:
         if not isinstance(value, dict):
             return value
-        name = value.get("backend", self.default)
+        name = value["backend"] if "backend" in value else self.default_for(value)
         if name not in self.backends:
             return value  # refused by the union, naming the registered backends
         own = set(self.backends[name].config.model_fields)

@@ -1,9 +1,11 @@
 """``backend: openvino``: YOLO on Intel's OpenVINO runtime (CPU), the IR exported offline from the weights into
-``cache_dir`` on first load (``models/openvino_detector.py``). Opt-in; detections match the ``yolo`` backend's
-within the tolerance stated in ``tests/integration/test_openvino_detector.py``."""
+``cache_dir`` at set-up (``scripts/setup.sh``) or on first load (``models/openvino_detector.py``). The default
+on x86-64 (``models/detectors.py`` ``default_backend``); detections match the ``yolo`` backend's within the
+tolerance stated in ``tests/integration/test_openvino_detector.py``."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -12,13 +14,16 @@ from models.detector import Detector
 from models.detectors import DETECTORS
 from models.registry import BackendConfig
 
+DEFAULT_CACHE_DIR = Path(__file__).resolve().parents[2] / "data" / "models" / "openvino"  # git-ignored (/data/)
+
 
 class OpenVinoConfig(BackendConfig):
     backend: Literal["openvino"] = "openvino"
     weights: str | None = Field(None, description="A .pt file (exported to IR once) or an OpenVINO IR directory; "
                                 "None: the packaged yolo11n-pose.pt.")
-    cache_dir: str = Field("data/models/openvino", description="Where exported IRs are kept (one folder per "
-                           "weights file, keyed by its hash), beside the other data dirs.")
+    cache_dir: str = Field(str(DEFAULT_CACHE_DIR), description="Where exported IRs are kept (one folder per "
+                           "weights file, keyed by its hash). The default is the checkout's data/models/openvino, "
+                           "absolute so that any working directory finds the IR scripts/setup.sh exported.")
     imgsz: int = Field(640, ge=32)
     conf: float = Field(0.25, gt=0, lt=1)
     classes: list[int] | None = None

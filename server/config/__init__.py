@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -95,7 +95,9 @@ class Settings(BaseSettings):
     sources: SourcesSettings = SourcesSettings()
     video: VideoSettings = VideoSettings()
     voice: VoiceSettings = VoiceSettings()
-    models: ModelsSettings = ModelsSettings()
+    # Built at load, not import: the default detector depends on the machine (models/detectors.py), and a config
+    # that names its detector's backend never imports openvino to find it.
+    models: ModelsSettings = Field(default_factory=ModelsSettings)
     api: ApiSettings = ApiSettings()
     redis: RedisSettings = RedisSettings()
     transcription: TranscriptionSettings = TranscriptionSettings()

@@ -8,15 +8,18 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel
 
-from models.detectors import DETECTORS
+from models.detectors import DETECTORS, openvino_usable
 from models.registry import BackendConfig, Registry
 from server.config import ConfigError, load_settings
 
 
 def test_the_existing_keys_still_mean_what_they_meant():
-    assert load_settings(None, {}).models.detector.backend == "yolo"  # the default
+    default = "openvino" if openvino_usable() else "yolo"  # x86-64 with openvino installed, else torch
+    assert load_settings(None, {}).models.detector.backend == default
     yolo = load_settings(None, {"models": {"detector": {"weights": "y.pt", "imgsz": 320}}}).models.detector
-    assert (yolo.backend, yolo.weights, yolo.imgsz) == ("yolo", "y.pt", 320)  # no backend given: yolo
+    assert (yolo.backend, yolo.weights, yolo.imgsz) == (default, "y.pt", 320)  # no backend given: the default
+    cuda = load_settings(None, {"models": {"detector": {"device": "cuda:0", "half": True}}}).models.detector
+    assert (cuda.backend, cuda.device, cuda.half) == ("yolo", "cuda:0", True)  # torch's own keys: torch
     ssd = load_settings(None, {"models": {"detector": {"backend": "opencv-ssd", "conf": 0.5}}}).models.detector
     assert (ssd.backend, ssd.conf) == ("opencv-ssd", 0.5)
     assert DETECTORS.build(load_settings(None, {"models": {"detector": {"backend": "none"}}}).models.detector) is None
