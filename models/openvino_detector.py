@@ -145,3 +145,16 @@ class OpenVinoDetector:
                      shapes: list[tuple[int, ...]]) -> list[list[Detection]]:
         output = YoloOutput(self.names, self.task, self.kpt_shape, self.conf, self.iou, self.classes, self.max_det)
         return output.decode(raw, input_hw, shapes)
+
+
+def main() -> None:
+    """``python -m models.openvino_detector``: export the packaged weights' IR into the default cache_dir (what
+    ``scripts/setup.sh`` runs, offline, so that the first start serves at once); prints its directory."""
+    from models.detector_backends.openvino import OpenVinoConfig
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    print(export_ir(None, OpenVinoConfig().cache_dir))
+
+
+if __name__ == "__main__":
+    main()
