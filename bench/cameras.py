@@ -50,9 +50,9 @@ import numpy as np
 
 SIZE = (640, 480)
 SLOT_S = 3.0  # one pass: the person's centre crosses the frame from the left edge to the right edge
-# After the last pass of a loop, an empty scene longer than the recorder's clip tail (storage.post_s, 3 s): a
-# looping file source closes its clip template when it reopens the file while a clip of the previous loop may
-# still be remuxed from it, and vigil serve segfaulted there (PyAV stream.abi3.so; a timeline bug, reported).
+# After the last pass of a loop, an empty scene longer than the recorder's clip tail (storage.post_s, 3 s), so
+# each pass's clip is normally cut within its own loop. (Before 35bf703 a looping file source closed its clip
+# template on reopening the file while a clip could still be remuxed from it: vigil serve segfaulted here.)
 TAIL_S = 3.5
 MOVING_GAP_S = 0.5  # all moving: the empty scene before the pass
 STATIC_S = 6.0  # length of an empty scene's loop
