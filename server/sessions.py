@@ -201,6 +201,7 @@ class SessionRegistry:
 
     def start_load_monitor(self) -> None:
         self.load.start(settled=lambda: len(self.sessions) + self._reserved - self._young(),
+                        open_sessions=lambda: len(self.sessions) + self._reserved,
                         media_delay_s=lambda: max((s.pipeline.media_delay_s for s in self.sessions.values()),
                                                   default=0.0))
 
@@ -229,7 +230,7 @@ class SessionRegistry:
         limits = self.settings.sessions
         if self.occupied >= limits.max_sessions:
             raise ApiError("too_many_sessions", f"session limit reached ({limits.max_sessions})")
-        if refusal := self.load.refusal(self._young(), limits.max_loop_load, limits.max_media_delay_s,
+        if refusal := self.load.refusal(self.occupied, limits.max_loop_load, limits.max_media_delay_s,
                                         limits.busy_retry_after_s):
             raise ApiError("server_busy", refusal.message, retry_after_s=refusal.retry_after_s)
         self._reserved += 1
