@@ -18,7 +18,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -113,6 +113,9 @@ class MemoryIndex:
         # past entries it has not indexed yet: only the catch-up moves it.
         self._catching_up = False
         self.dropped = 0
+        # Documents indexed while the client waits, written together when several wait (see add_now).
+        self._waiting_documents: deque[tuple[list[MemoryEntry], asyncio.Future[list[int]]]] = deque()
+        self._documents_writer: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -214,9 +217,39 @@ class MemoryIndex:
         return accepted
 
     async def add_now(self, entries: Sequence[MemoryEntry]) -> list[int]:
-        """Index entries before returning (documents: the client waits for its upload to be searchable)."""
+        """Index entries before returning (documents: the client waits for its upload to be searchable). Calls
+        that wait at the same time for entries with no timeline event (documents) are written together: one
+        embedding batch and one vector write for many small documents instead of one each."""
+        entries = list(entries)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writer, self._write, list(entries))
+        if any(e.event_id is not None for e in entries):  # may be filtered in _write: ids no longer line up
+            return await loop.run_in_executor(self._writer, self._write, entries)
+        done: asyncio.Future[list[int]] = loop.create_future()
+        self._waiting_documents.append((entries, done))
+        if self._documents_writer is None or self._documents_writer.done():
+            self._documents_writer = asyncio.create_task(self._write_waiting_documents(), name="memory:documents")
+        return await done
+
+    async def _write_waiting_documents(self) -> None:
+        loop = asyncio.get_running_loop()
+        waiting = self._waiting_documents
+        while waiting:
+            group: list[tuple[list[MemoryEntry], asyncio.Future[list[int]]]] = []
+            while waiting and (not group or sum(len(e) for e, _ in group) + len(waiting[0][0]) <= self._batch_max):
+                group.append(waiting.popleft())
+            together = [entry for entries, _ in group for entry in entries]
+            try:
+                ids = await loop.run_in_executor(self._writer, self._write, together)
+            except Exception as error:  # each waiting client gets the error (records are repaired on next open)
+                for _, done in group:
+                    if not done.done():
+                        done.set_exception(error)
+                continue
+            start = 0
+            for entries, done in group:  # no event ids: _write keeps every entry, ids in order
+                if not done.done():
+                    done.set_result(ids[start:start + len(entries)])
+                start += len(entries)
 
     async def flush(self) -> None:
         """Wait until everything queued so far is indexed (and vectors of deleted entries are gone)."""
