@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import json
 import os
 import tempfile
 import time
@@ -45,6 +46,15 @@ def process_figures(pid: int) -> dict[str, float]:
     return {"rss_mb": int(fields["VmRSS"].split()[0]) / 1024, "anon_mb": int(fields["RssAnon"].split()[0]) / 1024,
             "file_mb": int(fields["RssFile"].split()[0]) / 1024, "threads": int(fields["Threads"]),
             "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+def merge_config(base: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Merge ``overrides`` into ``base`` section by section (``{"memory": {"enabled": false}}`` keeps the rest)."""
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merge_config(base[key], value)
+        else:
+            base[key] = value
 
 
 def thread_groups(pid: int) -> Counter[str]:
@@ -82,12 +92,17 @@ async def soak(args: argparse.Namespace, workdir: Path) -> None:
         "memory": {"enabled": True, "data_dir": str(workdir / "memory")},  # the default, but not in the checkout
         "storage": {"data_dir": str(workdir / "timeline")},
     }
+    merge_config(config, json.loads(args.config_json))
     restrict_host_addresses(["127.0.0.1"])  # aioice offers no loopback candidate otherwise
     packets = precoded_vp8(VIDEO_SIZE, CAMERA_FPS)
-    server = await asyncio.to_thread(VigilProcess(workdir, config, root=args.vigil_root).start)
+    # a debug hook (a sitecustomize.py, e.g. tracemalloc) goes first on the served process's path, never in the server
+    env = {"PYTHONPATH": os.pathsep.join([*map(str, args.server_path), str(args.vigil_root)])}
+    server = await asyncio.to_thread(VigilProcess(workdir, config, root=args.vigil_root, env=env).start)
     assert server.process is not None
     pid = server.process.pid
-    print(f"vigil serve from {args.vigil_root} (default config, offer rate limit raised) at {server.url}; client: "
+    overrides = f", overrides {args.config_json}" if args.config_json != "{}" else ""
+    print(f"vigil serve from {args.vigil_root} (default config{overrides}, offer rate limit raised) at {server.url}; "
+          f"client: "
           f"audio (live microphone, silence) + video (VP8 {VIDEO_SIZE[0]}x{VIDEO_SIZE[1]} at {CAMERA_FPS} fps); "
           f"{args.cycles} cycles of {args.hold_s:g} s connected + {args.gap_s:g} s apart", flush=True)
     print(f"{'cycle':>6} {'RSS MB':>8} {'anon MB':>8} {'file MB':>8} {'threads':>8} {'fds':>5} {'failures':>9} "
@@ -159,6 +174,10 @@ def main() -> None:
     parser.add_argument("--hold-s", type=float, default=0.5, help="seconds each session stays connected")
     parser.add_argument("--gap-s", type=float, default=0.5, help="seconds between sessions")
     parser.add_argument("--vigil-root", type=Path, default=REPO_ROOT, help="the checkout to serve")
+    parser.add_argument("--config-json", default="{}",
+                        help='config overrides for the served process, e.g. \'{"memory": {"enabled": false}}\'')
+    parser.add_argument("--server-path", type=Path, action="append", default=[],
+                        help="a folder put first on the served process's PYTHONPATH (a debug sitecustomize.py)")
     args = parser.parse_args()
     os.environ.setdefault("VIGIL_GRPC__PORT", "0")
     with tempfile.TemporaryDirectory(prefix="vigil-soak-") as workdir:

@@ -83,3 +83,17 @@ def test_document_chunks_and_timeline_entries_are_searched_apart_and_together(tm
     assert both[0] == 31 and set(both) == set(range(1, 41))  # the _corpus's kinds are event and scene
     index.delete([4, 31])
     assert 4 not in index.search(vectors[3], SearchFilters(kinds=("document",)), 5) and index.count() == 38
+
+
+def test_lancedb_caches_stay_within_their_bound_over_many_writes(tmp_path: Path):
+    # Every write is a new table version; LanceDB cached each version's metadata (~29 KB) up to its default 1 GiB:
+    # the server's RSS grew with every session that wrote to memory (issue 23).
+    entries, vectors = _corpus(300)
+    bound = 1 << 20
+    index = LanceVectors(tmp_path / "vectors.lance", "vigil_memory", DIM, metadata_cache_bytes=bound)
+    for start in range(0, len(entries), 2):  # 150 writes, two optimize() passes
+        index.add(entries[start:start + 2], vectors[start:start + 2])
+        index.search(vectors[start], SearchFilters(), 5)
+    assert index.count() == len(entries)
+    assert index.cache.size_bytes <= bound + (64 << 10)  # the index cache stays empty below INDEX_MIN_ROWS
+    index.close()
