@@ -16,9 +16,9 @@ RESULTS_LABEL = "results"
 
 
 class VigilError(Exception):
-    def __init__(self, status: int, body: Any) -> None:
+    def __init__(self, status: int, body: Any, retry_after_s: float | None = None) -> None:
         super().__init__(f"HTTP {status}: {body}")
-        self.status, self.body = status, body
+        self.status, self.body, self.retry_after_s = status, body, retry_after_s
 
 
 class VigilClient:
@@ -62,7 +62,9 @@ class VigilClient:
             answer = await response.json()
             if response.status != 200:
                 await self.pc.close()
-                raise VigilError(response.status, answer)
+                retry_after = response.headers.get("Retry-After")
+                raise VigilError(response.status, answer,
+                                 float(retry_after) if retry_after and retry_after.isdigit() else None)
         self.session_id = answer["session_id"]
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
         await asyncio.wait_for(self._channel_open.wait(), timeout)

@@ -230,6 +230,10 @@ class SessionRegistry:
         limits = self.settings.sessions
         if self.occupied >= limits.max_sessions:
             raise ApiError("too_many_sessions", f"session limit reached ({limits.max_sessions})")
+        if limits.max_starting_sessions is not None and self._young() >= limits.max_starting_sessions:
+            # A burst would be admitted before its load or its lateness could show: let them in a few at a time.
+            raise ApiError("server_busy", f"{limits.max_starting_sessions} sessions are still starting; try again "
+                           "when they are measured", retry_after_s=self.load.window_s)
         if refusal := self.load.refusal(self.occupied, limits.max_loop_load, limits.max_media_delay_s,
                                         limits.busy_retry_after_s):
             raise ApiError("server_busy", refusal.message, retry_after_s=refusal.retry_after_s)

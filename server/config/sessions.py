@@ -19,6 +19,9 @@ class SessionLimits(Section):
         1.0, gt=0, description="Refuse new WebRTC sessions (503 + Retry-After) while any live session's media "
                                "reaches its pipeline this many seconds behind its own timestamps (it is not keeping "
                                "up). null: off.")
+    max_starting_sessions: int | None = Field(
+        4, ge=1, description="At most this many WebRTC sessions may be starting (answered less than ~5 s ago, "
+                             "before their load and lateness show); more offers get 503 + Retry-After. null: off.")
     busy_retry_after_s: float = Field(10.0, gt=0, description="Retry-After of an offer refused for load.")
     max_sources: int = Field(16, ge=1, description="Concurrent server-side sources.")
     metrics_interval_s: float = Field(1.0, gt=0, description="Period of per-session 'metrics' messages.")

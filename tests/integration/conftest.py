@@ -92,7 +92,8 @@ async def vigil(clip_dir: Path, tmp_path: Path, model_pool: ModelPool) -> AsyncI
             "sources": {"media_root": str(clip_dir), "reconnect_initial_s": 0.2, "reconnect_max_s": 1.0},
             # Load admission off: here the clients share the server's event loop, so its load is theirs too
             # (tests/integration/test_admission.py turns it on).
-            "sessions": {"metrics_interval_s": 0.5, "max_loop_load": None, "max_media_delay_s": None},
+            "sessions": {"metrics_interval_s": 0.5, "max_loop_load": None, "max_media_delay_s": None,
+                         "max_starting_sessions": None},
             "models": {"detector": {"backend": "none"}},  # tests that need a detector ask for one
             "voice": {"enabled": False},  # ... and the voice loop
             "memory": {"enabled": False},  # ... and memory (tests that use it give it a data_dir)

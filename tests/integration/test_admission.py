@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 from aiortc import RTCConfiguration, RTCPeerConnection
 
-from server.client import VigilClient
+from server.client import VigilClient, VigilError
 from tests.support.audio import ScriptedMicrophone
 from tests.support.media import PrecodedVideoTrack, precoded_vp8
 from tests.support.vigil_process import REPO_ROOT, VigilProcess
@@ -62,6 +62,22 @@ async def test_an_offer_past_the_measured_load_is_refused_and_the_running_sessio
     again = VigilClient(server.url)
     await again.connect(timeout=20)  # admitted again
     await again.close()
+
+
+async def test_a_burst_of_offers_is_let_in_a_few_at_a_time(vigil):
+    """Sessions just answered show neither their load nor their lateness yet: past sessions.max_starting_sessions
+    an offer waits (503 + Retry-After), and is admitted once those have settled."""
+    server = await vigil(sessions={"max_starting_sessions": 2})
+    clients = [VigilClient(server.url) for _ in range(5)]
+    results = await asyncio.gather(*(c.connect(timeout=30) for c in clients), return_exceptions=True)
+    admitted = [c for c, r in zip(clients, results, strict=True) if isinstance(r, str)]
+    refused = [r for r in results if isinstance(r, VigilError)]
+    assert len(admitted) == 2 and len(refused) == 3, results
+    assert {(r.status, r.body["error"]["code"], r.retry_after_s) for r in refused} == {(503, "server_busy", 5.0)}
+    await asyncio.sleep(server.sessions.load.window_s + 0.5)  # the two have settled
+    late = VigilClient(server.url)
+    await late.connect(timeout=30)
+    await asyncio.gather(late.close(), *(c.close() for c in admitted))
 
 
 def test_the_measured_number_of_audio_video_sessions_stays_connected_for_a_minute(tmp_path: Path):

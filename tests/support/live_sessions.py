@@ -28,15 +28,20 @@ class LiveSession:
     """One session: camera + microphone; counts detections and pongs, notes when and why it ended."""
 
     def __init__(self, url: str, packets: list[bytes]) -> None:
-        self.camera = PrecodedVideoTrack(packets, CAMERA_FPS)
-        self.microphone = ScriptedMicrophone(noise=30.0)
-        self.client = VigilClient(url)
-        self.client.on_message = self._received
+        self.url, self.packets = url, packets
         self.detections: list[float] = []
         self.pings: dict[str, float] = {}
         self.round_trips: list[float] = []
         self.ended_at: float | None = None
         self.ended_why = ""
+        self.busy_answers = 0  # 503s waited out (Retry-After) before the session was admitted
+        self._new_peer()
+
+    def _new_peer(self) -> None:
+        self.camera = PrecodedVideoTrack(self.packets, CAMERA_FPS)
+        self.microphone = ScriptedMicrophone(noise=30.0)
+        self.client = VigilClient(self.url)
+        self.client.on_message = self._received
         self.client.pc.on("connectionstatechange", self._state)
 
     def _state(self) -> None:
@@ -50,8 +55,24 @@ class LiveSession:
         elif message.get("type") == "pong" and message.get("id") in self.pings:
             self.round_trips.append((at - self.pings.pop(message["id"])) * 1000.0)
 
-    async def open(self) -> None:
-        await self.client.connect([self.camera, self.microphone])
+    async def open(self, patience_s: float = 0.0) -> None:
+        """Connect; a 503 with Retry-After is waited out and tried again, as a browser client would, for up to
+        ``patience_s`` (0: the first answer stands)."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                await self.client.connect([self.camera, self.microphone])
+                return
+            except VigilError as error:
+                wait = error.retry_after_s
+                if error.status != 503 or wait is None or time.monotonic() + wait > deadline:
+                    raise
+            self.busy_answers += 1
+            self.ended_at, self.ended_why = None, ""  # the refused peer connection's close was no session's end
+            self.camera.stop()
+            self.microphone.stop()
+            await asyncio.sleep(wait)
+            self._new_peer()
 
     async def ping_forever(self) -> None:
         count = 0
@@ -74,6 +95,7 @@ class LiveSession:
         until = self.ended_at or ended
         detections = sum(1 for t in self.detections if started <= t < until)
         return {"alive": self.alive, "lived_s": round(until - started, 1), "why": self.ended_why,
+                "busy_answers": self.busy_answers,
                 "detections_per_s": detections / max(until - started, 1e-9), "pongs": len(self.round_trips),
                 "ping_p95_ms": (statistics.quantiles(self.round_trips, n=20)[-1] if len(self.round_trips) >= 2
                                 else None)}
@@ -93,7 +115,7 @@ async def run_sessions(url: str, count: int, seconds: float, extra: bool) -> dic
     refused: list[str] = []
     for session in sessions:
         try:
-            await session.open()
+            await session.open(patience_s=60.0)  # a burst is let in a few at a time (sessions.max_starting_sessions)
         except (TimeoutError, VigilError) as error:
             refused.append(str(error)[:200])
             session.ended_at, session.ended_why = time.perf_counter(), f"refused: {str(error)[:120]}"
