@@ -46,7 +46,7 @@ import aiohttp
 import cv2
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.client import VigilClient
+from server.client import VigilClient, connect_when_admitted
 from server.ice import restrict_host_addresses
 from tests.support.audio import Recorder, ScriptedMicrophone, silence, speech
 from tests.support.browser import REPO_ROOT, VigilProcess
@@ -100,7 +100,13 @@ class VideoSession:
                 "queue_ms": statistics.median(q for _, q in timings) if timings else 0.0}
 
     async def open(self) -> None:
-        await self.client.connect([self.track])
+        def renew() -> None:  # refused for now (503 + Retry-After): a fresh peer and camera
+            self.track.stop()
+            self.track = PrecodedVideoTrack(self.track.packets, self.track.fps)
+            self.client = VigilClient(self.client.base_url, options=self.client.options)
+            self.client.on_message = self._received
+
+        await connect_when_admitted(lambda: self.client.connect([self.track]), renew)
 
     async def close(self) -> None:
         await self.client.close()

@@ -338,15 +338,22 @@ async def av_clients(url: str, count: int) -> None:
     import json
 
     from bench.capacity import CAMERA_FPS, PrecodedVideoTrack, precoded_vp8
-    from server.client import VigilClient
+    from server.client import VigilClient, connect_when_admitted
     from server.ice import restrict_host_addresses
     from tests.support.audio import ScriptedMicrophone
 
     restrict_host_addresses(["127.0.0.1"])
     packets = precoded_vp8((640, 360), CAMERA_FPS)
-    clients = [VigilClient(url) for _ in range(count)]
-    for client in clients:
-        await client.connect([ScriptedMicrophone(noise=30.0), PrecodedVideoTrack(packets, CAMERA_FPS)], timeout=60)
+    clients: list[VigilClient] = []
+    for _ in range(count):  # a burst is let in a few at a time (sessions.max_starting_sessions): wait those out
+        holder = [VigilClient(url)]
+
+        def renew(holder: list[VigilClient] = holder) -> None:
+            holder[0] = VigilClient(url)
+
+        await connect_when_admitted(lambda holder=holder: holder[0].connect(
+            [ScriptedMicrophone(noise=30.0), PrecodedVideoTrack(packets, CAMERA_FPS)], timeout=60), renew)
+        clients.append(holder[0])
     print("ready", flush=True)
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, sys.stdin.readline)

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import aiohttp
@@ -19,6 +19,26 @@ class VigilError(Exception):
     def __init__(self, status: int, body: Any, retry_after_s: float | None = None) -> None:
         super().__init__(f"HTTP {status}: {body}")
         self.status, self.body, self.retry_after_s = status, body, retry_after_s
+
+
+async def connect_when_admitted(connect: Callable[[], Awaitable[Any]], renew: Callable[[], None],
+                                patience_s: float = 60.0) -> int:
+    """``connect()`` until the server admits it: a 503 with Retry-After (a burst let in a few at a time, or a server
+    at capacity) is waited out, and ``renew()`` makes a fresh peer connection (a refused one is closed) before the
+    next try; anything else, or a wait past ``patience_s``, is raised. Returns how many 503s were waited out."""
+    deadline = time.monotonic() + patience_s
+    waited = 0
+    while True:
+        try:
+            await connect()
+            return waited
+        except VigilError as error:
+            wait = error.retry_after_s
+            if error.status != 503 or wait is None or time.monotonic() + wait > deadline:
+                raise
+        waited += 1
+        await asyncio.sleep(wait)
+        renew()
 
 
 class VigilClient:

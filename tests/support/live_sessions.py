@@ -15,7 +15,7 @@ import statistics
 import time
 from typing import Any
 
-from server.client import VigilClient, VigilError
+from server.client import VigilClient, VigilError, connect_when_admitted
 from server.ice import restrict_host_addresses
 from tests.support.audio import ScriptedMicrophone
 from tests.support.media import PrecodedVideoTrack, precoded_vp8
@@ -58,21 +58,15 @@ class LiveSession:
     async def open(self, patience_s: float = 0.0) -> None:
         """Connect; a 503 with Retry-After is waited out and tried again, as a browser client would, for up to
         ``patience_s`` (0: the first answer stands)."""
-        deadline = time.monotonic() + patience_s
-        while True:
-            try:
-                await self.client.connect([self.camera, self.microphone])
-                return
-            except VigilError as error:
-                wait = error.retry_after_s
-                if error.status != 503 or wait is None or time.monotonic() + wait > deadline:
-                    raise
-            self.busy_answers += 1
+
+        def renew() -> None:
             self.ended_at, self.ended_why = None, ""  # the refused peer connection's close was no session's end
             self.camera.stop()
             self.microphone.stop()
-            await asyncio.sleep(wait)
             self._new_peer()
+
+        self.busy_answers += await connect_when_admitted(
+            lambda: self.client.connect([self.camera, self.microphone]), renew, patience_s)
 
     async def ping_forever(self) -> None:
         count = 0
