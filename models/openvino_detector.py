@@ -26,7 +26,7 @@ import numpy as np
 import yaml
 
 from models.detector import Detection
-from models.packaged import ModelNotAvailable
+from models.packaged import DERIVED_MODELS_DIR, ModelNotAvailable
 from models.yolo import resolve_weights
 from models.yolo_output import YoloOutput
 
@@ -150,10 +150,8 @@ class OpenVinoDetector:
 def main() -> None:
     """``python -m models.openvino_detector``: export the packaged weights' IR into the default cache_dir (what
     ``scripts/setup.sh`` runs, offline, so that the first start serves at once); prints its directory."""
-    from models.detector_backends.openvino import OpenVinoConfig
-
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    print(export_ir(None, OpenVinoConfig().cache_dir))
+    print(export_ir(None, str(DERIVED_MODELS_DIR / "openvino")))  # the backend's default cache_dir
 
 
 if __name__ == "__main__":

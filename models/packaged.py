@@ -6,6 +6,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+# Models derived offline from packaged weights (e.g. the OpenVINO IR scripts/setup.sh exports): the checkout's
+# data/models, absolute so that any working directory finds them; git-ignored (/data/).
+DERIVED_MODELS_DIR = Path(__file__).resolve().parents[1] / "data" / "models"
+
 
 class ModelNotAvailable(RuntimeError):
     """A model file is missing; the message says how to supply it."""

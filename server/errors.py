@@ -37,7 +37,6 @@ HTTP_STATUS: dict[str, int] = {
     "conflict": 409, "job_not_completed": 409, "job_not_active": 409, "no_other_node": 409,
     "source_on_other_node": 409, "voice_disabled": 409,
     "body_too_large": 413, "file_too_large": 413, "query_too_long": 413, "document_too_large": 413,
-    "audio_too_long": 413,
     "unsupported_media_type": 415,
     "range_not_satisfiable": 416,
     "invalid_body": 422,

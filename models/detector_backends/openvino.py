@@ -5,16 +5,16 @@ tolerance stated in ``tests/integration/test_openvino_detector.py``."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from models.detector import Detector
 from models.detectors import DETECTORS
+from models.packaged import DERIVED_MODELS_DIR
 from models.registry import BackendConfig
 
-DEFAULT_CACHE_DIR = Path(__file__).resolve().parents[2] / "data" / "models" / "openvino"  # git-ignored (/data/)
+DEFAULT_CACHE_DIR = DERIVED_MODELS_DIR / "openvino"
 
 
 class OpenVinoConfig(BackendConfig):
