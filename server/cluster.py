@@ -191,9 +191,9 @@ class ClusterNode:
         stale, and may lie in the past (a pass every few ms, ~170 failed passes a second): back to the heartbeat,
         which is also how soon the node rejoins once Redis is back."""
         delay = self.config.heartbeat_s
-        if failed:
-            self._lease_expires_at = None
-        elif self._lease_expires_at is not None:
+        if failed and self._lease_expires_at is not None and self._lease_expires_at <= time.monotonic():
+            self._lease_expires_at = None  # seen before the failure and past: no reason to try again at once
+        if self._lease_expires_at is not None:
             delay = min(delay, max(0.0, self._lease_expires_at - time.monotonic()) + self.EXPIRY_MARGIN_S)
         return max(delay, self.MIN_PASS_INTERVAL_S)
 
