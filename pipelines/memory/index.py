@@ -324,7 +324,9 @@ class MemoryIndex:
         indexed = 0
         self._catching_up = True
         try:
-            while (selected := await asyncio.to_thread(step, after)) is not None:
+            # On the writer thread, as _release is: a cancelled catch-up's step still running on another thread
+            # used a SQLite connection that close() closed under it (a segfault at shutdown).
+            while (selected := await loop.run_in_executor(self._writer, step, after)) is not None:
                 entries, after = selected
                 indexed += len(await self.add_now(entries)) if entries else 0
                 await loop.run_in_executor(self._writer, self._open_store().advance_timeline_seq, after)
