@@ -111,6 +111,7 @@ async def soak(args: argparse.Namespace, workdir: Path) -> None:
     started = time.monotonic()
     start_figures = process_figures(pid)
     warm: dict[str, float] | None = None
+    shown: dict[int, dict[str, float]] = {}
     peak_threads = 0.0
 
     last_groups: Counter[str] = Counter()
@@ -128,6 +129,7 @@ async def soak(args: argparse.Namespace, workdir: Path) -> None:
         print(f"{'':>6} threads by name: {listed}" + (f" (changed: {', '.join(changes)})" if changes else ""),
               flush=True)
         last_groups = groups
+        shown[cycle] = figures
         return figures
 
     try:
@@ -160,6 +162,15 @@ async def soak(args: argparse.Namespace, workdir: Path) -> None:
     print(f"OS threads {start_figures['threads']:.0f} at start, {base['threads']:.0f} after warm-up, "
           f"{end['threads']:.0f} at the end (peak after warm-up {peak_threads:.0f}): growth "
           f"{end['threads'] - base['threads']:+.0f}")
+    # the slope of the second half: a leak keeps climbing there, a one-off warm-up step does not
+    half = max((cycle for cycle in shown if cycle <= args.cycles // 2), default=None)
+    if half is not None and half >= args.warmup and args.cycles > half:
+        per_100 = 100 / (args.cycles - half)
+        grown = {key: end[key] - shown[half][key] for key in ("rss_mb", "anon_mb", "file_mb")}
+        print(f"second half (cycles {half}..{args.cycles}): RSS {grown['rss_mb']:+.1f} MB "
+              f"(anonymous {grown['anon_mb']:+.1f}, file-backed {grown['file_mb']:+.1f}), "
+              f"{grown['rss_mb'] * per_100:+.2f} MB per 100 cycles; threads "
+              f"{end['threads'] - shown[half]['threads']:+.0f}")
     print(f"open fds {start_figures['fds']:.0f} at start, {base['fds']:.0f} after warm-up, {end['fds']:.0f} at the end")
     print(f"sessions left open: {len(left)}; failures: {len(failures)} of {args.cycles} cycles")
     for failure in failures[:20]:

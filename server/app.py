@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from pipelines.errors import ApiError
+from server.allocator import limit_arenas
 from server.api import ROUTES
 from server.audio_api import setup_audio_api
 from server.auth import auth_middleware
@@ -108,6 +109,7 @@ async def _watch_event_loop(app: web.Application) -> AsyncIterator[None]:
 
 
 def run(settings: Settings, analyzers: Analyzers | None = None) -> None:
+    limit_arenas(settings.server.malloc_arena_max)  # before the server starts its threads
     app = create_app(settings, analyzers)
     log.info("Vigil listening on http://%s:%s/", settings.server.host, settings.server.port)
     serve_forever(app, settings.server.host, settings.server.port,

@@ -31,6 +31,7 @@ from pipelines.session import (
 )
 from server import __version__
 from server.admission import LoopLoadMonitor
+from server.allocator import HeapTrimmer
 from server.config import Settings
 from server.jitter import lower_audio_latency
 from server.metrics import SESSIONS
@@ -176,6 +177,7 @@ class SessionRegistry:
         self._offer_rate = InProcessRateLimiter()
         self.timeline: TimelineFactory | None = None
         self.load = LoopLoadMonitor()
+        self.heap = HeapTrimmer()  # hands an ended session's freed pages back to the OS
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -325,6 +327,7 @@ class SessionRegistry:
         with contextlib.suppress(Exception):
             await session.pc.close()
         session.release()
+        self.heap.request()
         log.info("session %s closed", session_id)
         return True
 

@@ -19,3 +19,8 @@ class ServerSettings(Section):
     event_loop: Literal["uvloop", "asyncio"] = Field(
         "uvloop", description="The event loop `vigil serve` runs on: uvloop reads every session's media with far "
                               "less overhead per datagram than asyncio's selector loop (bench/survival.py).")
+    malloc_arena_max: int = Field(
+        2, ge=0, le=1024,
+        description="glibc malloc arenas `vigil serve` may use (0: glibc's default, 8 per core). Freed memory stays "
+                    "in the arena of the thread that used it; with few arenas the next session reuses it, so RSS "
+                    "stays flat over many sessions (bench/soak.py). MALLOC_ARENA_MAX in the environment wins.")
