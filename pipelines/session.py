@@ -368,10 +368,13 @@ class SessionPipeline:
         if track is None or self.clock.virtual:
             return
 
+        # an idle reply track waits for speech rather than pacing silence (nobody hears it; issue 24)
+        receive = getattr(track, "recv_audible", track.recv)
+
         async def drain() -> None:
             with contextlib.suppress(MediaStreamError):
                 while True:
-                    await track.recv()
+                    await receive()
 
         self._tasks.append(asyncio.create_task(drain(), name=f"{self.session_id}:playout"))
 

@@ -80,6 +80,12 @@ class PacedAudioTrack(MediaStreamTrack):
                 break
         return self._timestamp
 
+    def _resume_now(self) -> None:
+        """After a pause in pulling (a local playout that waited for speech): the next frame is due now, not a
+        backlog of the pause's frames at once (which would play the reply faster than real time)."""
+        if self._start is not None:
+            self._start = time.time() - (self._timestamp + OUT_FRAME) / OUT_RATE
+
     @staticmethod
     def _frame(samples: np.ndarray, timestamp: int) -> av.AudioFrame:
         frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
@@ -113,6 +119,7 @@ class ReplyAudioTrack(PacedAudioTrack):
         self.on_silence_after_flush: Callable[[float], None] | None = None
         self.on_drained: Callable[[], None] | None = None  # the last queued reply sample went out
         self._flushed_at: float | None = None
+        self._activity = asyncio.Event()  # speech queued or a flush to report: a local playout has work
         self._announced: set[int] = set()
 
     @property
@@ -128,6 +135,7 @@ class ReplyAudioTrack(PacedAudioTrack):
             self._wake.set()
         self._queued_total += pcm.size
         self._pending = np.concatenate([self._pending, pcm.astype(np.int16)])
+        self._activity.set()
 
     def flush(self) -> int:
         dropped = self._pending.size
@@ -135,7 +143,18 @@ class ReplyAudioTrack(PacedAudioTrack):
         self._queued_total = self._sent_total
         self._turn_of_audio.clear()
         self._flushed_at = time.perf_counter()
+        self._activity.set()
         return dropped
+
+    async def recv_audible(self) -> av.AudioFrame:
+        """``recv()`` for a local playout (a source's loudspeaker, with no peer): while there is nothing to play
+        and no flush to report it waits for some instead of pacing silence, so an idle camera does not wake the
+        event loop 50 times a second for frames nobody hears (issue 24); speech is then paced as ``recv()`` does."""
+        if not self._pending.size and self._flushed_at is None:
+            self._activity.clear()
+            await self._activity.wait()
+            self._resume_now()
+        return await self.recv()
 
     async def recv(self) -> av.AudioFrame:
         timestamp = await self._next_frame_time()
