@@ -60,6 +60,9 @@ class LlmRequest:
     stop: list[str] | None = None
     seed: int | None = None
     logprobs: bool = False  # ask for each token's log-probability (TokenChunk.logprob)
+    # llama.cpp's repetition penalty (1 or None: off). Only the embedded backend sends it: it is no OpenAI
+    # parameter, and an upstream may refuse unknown ones.
+    repeat_penalty: float | None = None
     # Not sent upstream: lets a router keep one conversation on the upstream that holds its KV cache.
     conversation_id: str | None = None
 
@@ -150,7 +153,7 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
-def _request_body(request: LlmRequest, model: str | None) -> dict[str, Any]:
+def _request_body(request: LlmRequest, model: str | None, *, llama_cpp: bool = False) -> dict[str, Any]:
     body: dict[str, Any] = {
         "messages": [{"role": m.role, "content": m.content} for m in request.messages],
         "max_tokens": request.max_tokens,
@@ -162,6 +165,8 @@ def _request_body(request: LlmRequest, model: str | None) -> dict[str, Any]:
     body.update({key: value for key, value in optional.items() if value is not None})
     if request.logprobs:
         body["logprobs"] = True
+    if llama_cpp and request.repeat_penalty is not None:
+        body["repeat_penalty"] = request.repeat_penalty
     return body
 
 
@@ -277,7 +282,7 @@ class EmbeddedLlm(TextStream):
 
         def work() -> None:
             try:
-                server.handle_chat_completions(_request_body(request, None), on_chunk)
+                server.handle_chat_completions(_request_body(request, None, llama_cpp=True), on_chunk)
                 end: tuple[str, Any] = ("end", None)
             except Exception as exc:
                 end = ("error", exc)

@@ -36,6 +36,8 @@ def voice_loop_config(voice: VoiceSettings, origin: str) -> VoiceLoopConfig:
         echo_gating=echo_gating,
         system_prompt=voice.system_prompt,
         max_reply_tokens=voice.max_reply_tokens,
+        max_reply_sentences=voice.max_reply_sentences,
+        repeat_penalty=voice.repeat_penalty,
         memory_tokens=voice.memory_tokens,
         temperature=voice.temperature,
         silent_track_s=voice.silent_track_s,

@@ -16,10 +16,11 @@ the turn ends if the final transcript matches; speech that goes on discards it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,15 @@ from pipelines.voice.endpointing import (
     TurnEnded,
     TurnStarted,
     sounds_unfinished,
+)
+from pipelines.voice.replies import (
+    ReplyGuard,
+    acknowledge,
+    asks_for_reminders,
+    has_video,
+    recite,
+    reminder_request,
+    session_prompt,
 )
 
 if TYPE_CHECKING:
@@ -75,6 +85,8 @@ class VoiceLoopConfig:
     # No default: the one prompt is the config's (voice.system_prompt), passed by server.config_mapping.
     system_prompt: str = field(kw_only=True)
     max_reply_tokens: int = 96
+    max_reply_sentences: int = 3  # a spoken answer stops after this many sentences (and at a repeated one)
+    repeat_penalty: float = 1.1  # llama.cpp's repetition penalty (1: off); the sentence guard catches the rest
     memory_tokens: int = 1024
     temperature: float = 0.0
     silent_track_s: float = 10.0
@@ -193,6 +205,7 @@ class VoiceLoop:
         self.output_track.on_silence_after_flush = self._reply_audio_stopped
         self.output_track.on_drained = self._reply_audio_drained
         self.last_request: LlmRequest | None = None  # what the LLM was last asked (tests and debugging)
+        self.last_reply_stop: str | None = None  # why the ReplyGuard cut the last answer ("repeat", "sentences")
         self.context_provider: ContextProvider | None = None  # e.g. memory retrieval (server/memory.py)
         self._pipeline: SessionPipeline | None = None
         self._resample = InputResampler()
@@ -203,6 +216,7 @@ class VoiceLoop:
                                       end_silence_ms=end_silence, max_turn_s=config.max_turn_s)
         self._pending = np.zeros(0, np.float32)
         self._memory: list[ChatMessage] = []
+        self._reminders: list[str] = []  # what the user asked to be reminded of, in this session
         self._turn_count = 0
         self._turn: _Turn | None = None  # the user turn being spoken
         self._replying: _Turn | None = None  # the turn whose reply is being generated or played
@@ -577,9 +591,11 @@ class VoiceLoop:
     # ------------------------------------------------------------------ replies
 
     async def _request(self, text: str, turn: _Turn | None = None) -> LlmRequest:
-        system = self.config.system_prompt
-        if self._pipeline is not None:
-            system += "\n\nWhat the camera sees right now: " + self._pipeline.scene.summary()
+        # Only what the session has: no camera without a video track (a small model repeats whatever the
+        # prompt says), the scene only when the question is about it.
+        video = self._pipeline is not None and has_video(self._pipeline.tracks)
+        scene = self._pipeline.scene.summary() if video and self._pipeline is not None else None
+        system = session_prompt(self.config.system_prompt, video=video, scene=scene, question=text)
         if self.context_provider is not None:
             context = await self.context_provider(text, list(self._memory))
             if context is not None:
@@ -592,7 +608,26 @@ class VoiceLoop:
         while len(messages) > 2 and await asyncio.to_thread(self.engine.llm.count_tokens, messages) \
                 > self.config.memory_tokens:
             del messages[1:3]
-        return LlmRequest(messages, max_tokens=self.config.max_reply_tokens, temperature=self.config.temperature)
+        return LlmRequest(messages, max_tokens=self.config.max_reply_tokens, temperature=self.config.temperature,
+                          repeat_penalty=self.config.repeat_penalty)
+
+    def _canned(self, text: str) -> str | None:
+        """A reply that needs no LLM: a reminder is acknowledged, and "what did I ask you to remember?" is
+        answered from this session's reminders (without any, the LLM answers, from memory when it has some)."""
+        reminder = reminder_request(text)
+        if reminder is not None:
+            return acknowledge(reminder)
+        if self._reminders and asks_for_reminders(text):
+            return recite(self._reminders)
+        return None
+
+    async def _reply_stream(self, request: LlmRequest, canned: str | None) -> AsyncIterator[str]:
+        if canned is not None:
+            yield canned
+            return
+        async with contextlib.aclosing(self.engine.llm.stream(request)) as deltas:
+            async for delta in deltas:
+                yield delta
 
     async def _reply(self, turn: _Turn, text: str, speculation: _Speculation | None) -> None:
         """Stream the reply: text deltas out as they come, speech chunk by chunk (the first clause, then whole
@@ -621,27 +656,49 @@ class VoiceLoop:
 
         spoken = 0
         first_token = True
+        canned = self._canned(text)
+        guard = ReplyGuard(self.config.max_reply_sentences)
+        if confirmed is None:
+            self.last_reply_stop = None
+
+        async def take(delta: str) -> None:
+            """Show and speak what the guard let through: the first clause alone, then whole sentences."""
+            nonlocal reply_text, buffer, spoken
+            reply_text += delta
+            held.append(delta)
+            if confirmed is None or confirmed.is_set():
+                release_deltas()
+            chunks, buffer = (split_first_clause if spoken == 0 else split_sentences)(buffer + delta)
+            for chunk in chunks:
+                pcm = await self._synthesize(chunk, first=spoken == 0, clause=spoken == 0)
+                await hold_until_confirmed()  # a speculative reply's first audio waits here, ready
+                await self._play_reply(turn, pcm, first=spoken == 0)
+                spoken += 1
+
         try:
-            async for delta in self.engine.llm.stream(request):
-                if first_token:
-                    first_token = False
-                    turn.metrics["llm_first_token_ms"] = round((time.perf_counter() - started) * 1000.0, 1)
-                reply_text += delta
-                held.append(delta)
-                if confirmed is None or confirmed.is_set():
-                    release_deltas()
-                chunks, buffer = (split_first_clause if spoken == 0 else split_sentences)(buffer + delta)
-                for chunk in chunks:
-                    pcm = await self._synthesize(chunk, first=spoken == 0, clause=spoken == 0)
-                    await hold_until_confirmed()  # a speculative reply's first audio waits here, ready
-                    await self._play_reply(turn, pcm, first=spoken == 0)
-                    spoken += 1
+            # Closed on leaving the loop (the guard stopping a loop, a cancel): that ends generation upstream.
+            async with contextlib.aclosing(self._reply_stream(request, canned)) as stream:
+                async for token in stream:
+                    if first_token:
+                        first_token = False
+                        turn.metrics["llm_first_token_ms"] = round((time.perf_counter() - started) * 1000.0, 1)
+                    if delta := guard.push(token):
+                        await take(delta)
+                    if guard.stopped is not None:
+                        if confirmed is None or confirmed.is_set():
+                            self.last_reply_stop = guard.stopped
+                        log.info("reply of turn %d stopped (%s) after %r", turn.number, guard.stopped, guard.text)
+                        break
+            if delta := guard.finish():
+                await take(delta)
             await hold_until_confirmed()
             if buffer.strip():
                 pcm = await self._synthesize(buffer, first=spoken == 0, clause=False)
                 await self._play_reply(turn, pcm, first=spoken == 0)
             self._send(Reply, turn=turn.number, done=True)
             self._memory += [ChatMessage("user", text), ChatMessage("assistant", reply_text.strip())]
+            if (reminder := reminder_request(text)) is not None:
+                self._reminders.append(reminder)  # the timeline (and so memory) has the request itself
         except LlmUnavailable as error:
             if confirmed is not None and not confirmed.is_set():
                 await confirmed.wait()  # a speculation reports nothing before its turn is final

@@ -38,11 +38,18 @@ class VoiceSettings(Section):
     echo_gating: Literal["auto", "on", "off"] = Field(
         "auto", description="Ignore VAD while our reply plays; auto: on for RTSP/file sources (no echo cancelling)."
     )
-    system_prompt: str = (
-        "You are Vigil, a concise assistant that can see through the user's camera. "
-        "Answer in one or two short sentences."
+    system_prompt: str = Field(
+        "You are Vigil, a helpful voice assistant. Your answers are spoken aloud: answer in one or two short, "
+        "plain sentences, without lists or markdown. If you are not sure, say so briefly.",
+        description="The LLM's instructions; the voice loop adds the camera (and the scene, when the question is "
+        "about it) only in sessions with a video track.",
     )
     max_reply_tokens: int = Field(96, ge=1, le=4096)
+    max_reply_sentences: int = Field(
+        3, ge=1, le=100, description="A spoken reply stops after this many sentences, or at a sentence it already "
+        "said (a small model's loop)."
+    )
+    repeat_penalty: float = Field(1.1, gt=0, le=2, description="llama.cpp's repetition penalty (embedded LLM; 1: off).")
     memory_tokens: int = Field(1024, ge=64, description="Prompt budget: older exchanges are dropped beyond it.")
     temperature: float = Field(0.0, ge=0, le=2)
     silent_track_s: float = Field(10.0, gt=0, description="Digital silence this long is reported (audio_silent).")

@@ -237,3 +237,49 @@ async def test_echo_gating_ignores_our_own_reply_coming_back(vigil, gating: str)
             assert second_turn == [], second_turn
         else:
             assert second_turn, "without gating the echo should have been heard"
+
+
+async def test_an_audio_only_session_hears_no_camera_text(vigil):
+    """No video track: the prompt says nothing of a camera (a small model repeats what its prompt says), even when
+    the question is about what it sees, and the answer does not speak of one."""
+    server = await vigil(voice=VOICE)
+    async with VoiceCall(server.url) as call:
+        call.mic.say(speech("Which planet is closest to the sun?"))
+        turn = await call.turn(1)
+        system = _session_loop(server).last_request.messages[0].content
+        assert "camera" not in system.lower() and "see" not in _words(system), system
+        assert "camera" not in turn["reply"].lower(), turn["reply"]
+        call.mic.say(speech(QUESTION))
+        await call.turn(2)
+        system = _session_loop(server).last_request.messages[0].content
+        assert "camera" not in system.lower(), system
+
+
+async def test_a_looping_reply_is_stopped_at_its_first_repeated_sentence(vigil):
+    """SmolLM2 at temperature 0 without a repetition penalty loops on this one (it said "I'm glad you're here."
+    over and over); the loop guard lets each sentence through once and stops generating at the first repeat (the
+    penalty is off here so that the guard is what is tested)."""
+    server = await vigil(voice={**VOICE, "repeat_penalty": 1.0})
+    async with VoiceCall(server.url) as call:
+        call.mic.say(speech("Repeat after me: I like tea. I like tea. I like tea."))
+        turn = await call.turn(1)
+        loop = _session_loop(server)
+        assert loop.last_reply_stop == "repeat", (turn["final"]["text"], turn["reply"])
+        sentences = [s.strip().lower() for s in re.split(r"(?<=[.!?])\s+", turn["reply"]) if s.strip()]
+        assert sentences and len(set(sentences)) == len(sentences), turn["reply"]  # what was heard, said once
+        assert loop.last_request.messages[-1].content == turn["final"]["text"]
+        assert not turn["interrupted"]
+
+
+async def test_a_reminder_is_acknowledged_kept_and_recalled(vigil):
+    server = await vigil(voice=VOICE)
+    async with VoiceCall(server.url) as call:
+        call.mic.say(speech("Please remind me to buy some milk after work."))
+        asked = await call.turn(1)
+        assert {"remind", "you", "buy", "milk"} <= _words(asked["reply"]), asked
+        call.mic.say(speech("Which planet is closest to the sun?"))
+        await call.turn(2)
+        call.mic.say(speech("What did I ask you to remember?"))
+        recalled = await call.turn(3)
+        assert {"buy", "milk", "work"} <= _words(recalled["reply"]), recalled
+        assert _session_loop(server)._reminders == ["to buy some milk after work"]

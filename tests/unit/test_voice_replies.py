@@ -1,0 +1,69 @@
+"""The voice loop's reply rules (pipelines/voice/replies.py): prompt text, reminders, the loop guard."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.voice.replies import (
+    ReplyGuard,
+    acknowledge,
+    asks_for_reminders,
+    recite,
+    reminder_request,
+    session_prompt,
+)
+
+
+def _guarded(deltas: list[str], max_sentences: int = 3) -> tuple[str, str | None]:
+    guard = ReplyGuard(max_sentences)
+    out = "".join(guard.push(d) for d in deltas)
+    return out + guard.finish(), guard.stopped
+
+
+def test_a_repeated_sentence_stops_the_reply_and_is_not_let_through():
+    out, stopped = _guarded(["I'm", " glad", " you're", " here.", " I'm", " glad", " you're", " here.", " I'm"])
+    assert (out.strip(), stopped) == ("I'm glad you're here.", "repeat")
+
+
+def test_the_first_sentence_streams_and_later_ones_wait_until_whole():
+    guard = ReplyGuard(3)
+    assert [guard.push(d) for d in ["Paris", " is", " the capital."]] == ["Paris", " is", " the capital."]
+    assert [guard.push(d) for d in [" It", " is", " big.", " Yes"]] == ["", "", "", " It is big."]
+    assert guard.finish() == " Yes" and guard.stopped is None
+
+
+def test_a_reply_stops_after_its_sentence_budget():
+    out, stopped = _guarded(["One thing.", " Two things.", " Three things.", " Four things."], max_sentences=2)
+    assert (out, stopped) == ("One thing. Two things.", "sentences")
+
+
+@pytest.mark.parametrize(("said", "kept"), [
+    ("Please remind me to buy some milk after work.", "to buy some milk after work"),
+    ("Can you remind me to call my mother tomorrow?", "to call your mother tomorrow"),
+    ("Remember that my keys are in the car.", "that your keys are in the car"),
+    ("Don't let me forget my umbrella.", "about your umbrella"),
+    ("What did I ask you to remember?", None),
+    ("I remember the film.", None),
+    ("Which planet is closest to the sun?", None),
+])
+def test_reminder_requests(said: str, kept: str | None):
+    assert reminder_request(said) == kept
+
+
+def test_reminders_are_acknowledged_and_recited():
+    assert acknowledge("to buy some milk") == "Okay, I will remind you to buy some milk."
+    assert acknowledge("that your keys are in the car") == "Okay, I will remember that your keys are in the car."
+    assert recite(["to buy some milk", "that the code is 42"]) == (
+        "You asked me to remind you to buy some milk and remember that the code is 42.")
+    assert asks_for_reminders("What did I ask you to remember?") and asks_for_reminders("Do I have any reminders?")
+    assert not asks_for_reminders("Remind me to water the plants.")
+
+
+def test_the_prompt_names_the_camera_only_with_video_and_the_scene_only_when_asked():
+    scene = "The camera currently sees 2 persons."
+    audio_only = session_prompt("Be brief.", video=False, scene=None, question="How many people do you see?")
+    assert audio_only == "Be brief."
+    asked = session_prompt("Be brief.", video=True, scene=scene, question="How many people do you see?")
+    assert "camera" in asked and scene in asked
+    unrelated = session_prompt("Be brief.", video=True, scene=scene, question="What is twelve times three?")
+    assert "camera" in unrelated and scene not in unrelated
