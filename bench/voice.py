@@ -315,16 +315,17 @@ class Peer:
 
 
 class VigilPeer(Peer):
-    def __init__(self, name: str, url: str) -> None:
+    def __init__(self, name: str, url: str, video: Any = None) -> None:
         super().__init__()
         self.name, self.url = name, url
+        self.video = video  # a camera track sent beside the microphone (bench/answers.py's scene questions)
         self.messages: list[tuple[float, dict[str, Any]]] = []
 
     async def connect(self) -> None:
         self.client = VigilClient(self.url)
         self.client.on_message = lambda message, arrived: self.messages.append((arrived, message))
         self.client.pc.on("track", self._track)
-        await self.client.connect([self.mic])
+        await self.client.connect([self.mic, *([self.video] if self.video is not None else [])])
         while not any(m.get("type") == "hello" for _, m in self.messages):  # noqa: ASYNC110
             await asyncio.sleep(0.05)
 
