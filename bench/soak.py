@@ -149,7 +149,9 @@ async def soak(args: argparse.Namespace, workdir: Path) -> None:
                 warm = show(cycle)
             elif cycle % args.every == 0 or cycle == args.cycles:
                 show(cycle)
-        await asyncio.sleep(2.0)  # closes in flight finish
+        # closes in flight finish, and LanceDB's tokio blocking threads (its compactions' I/O) exit after 10 s idle:
+        # the end figures are the server at rest, as the warm-up's are between two cycles
+        await asyncio.sleep(12.0)
         left = await listed_sessions(server.url)
         end = process_figures(pid)
     finally:
