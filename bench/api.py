@@ -31,9 +31,9 @@ import openai
 
 from models.llm import ChatMessage, LanguageModel, LlmRequest
 from server.app import create_app
-from server.chat_service import CHAT_SERVICE
 from server.config import load_settings
-from server.http_server import start_serving
+from server.http.serve import start_serving
+from server.v1.chat_service import CHAT_SERVICE
 
 MODEL = "smollm2-135m-instruct"
 KEY = "bench-key"

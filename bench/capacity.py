@@ -46,8 +46,8 @@ import aiohttp
 import cv2
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.client import VigilClient, connect_when_admitted
-from server.ice import restrict_host_addresses
+from server.cli.client import VigilClient, connect_when_admitted
+from server.media.ice import restrict_host_addresses
 from tests.support.audio import Recorder, ScriptedMicrophone, silence, speech
 from tests.support.browser import REPO_ROOT, VigilProcess
 from tests.support.media import PrecodedVideoTrack, precoded_vp8, real_image

@@ -79,7 +79,7 @@ MODES = ("off", "rec", "default")
 def serve(port: int, mode: str, data_dir: str) -> None:
     from server.app import run
     from server.config import load_settings
-    from server.sessions import Analyzers
+    from server.media.sessions import Analyzers
 
     settings = load_settings(None, {
         "server": {"host": "127.0.0.1", "port": port}, "webrtc": {"host_addresses": ["127.0.0.1"]},
@@ -158,7 +158,7 @@ async def leg(kind: str, mode: str, seconds: float, camera_url: str | None) -> d
                         cpu = await _measure(child.pid, warm_up, seconds, lambda: _drain_ws(ws, on_message))
                     frames = await _frames(http, f"{url}/api/sources/{source}")
             else:
-                from server.client import VigilClient
+                from server.cli.client import VigilClient
 
                 client = VigilClient(url)
                 client.on_message = on_message
@@ -200,7 +200,7 @@ async def _measure(pid: int, warm_up: float, seconds: float, background: Any) ->
 
 
 async def main(seconds: float) -> None:
-    from server.ice import restrict_host_addresses
+    from server.media.ice import restrict_host_addresses
     from tests.support.ports import free_port
     from tests.support.rtsp import RtspCamera
 

@@ -338,8 +338,8 @@ async def av_clients(url: str, count: int) -> None:
     import json
 
     from bench.capacity import CAMERA_FPS, PrecodedVideoTrack, precoded_vp8
-    from server.client import VigilClient, connect_when_admitted
-    from server.ice import restrict_host_addresses
+    from server.cli.client import VigilClient, connect_when_admitted
+    from server.media.ice import restrict_host_addresses
     from tests.support.audio import ScriptedMicrophone
 
     restrict_host_addresses(["127.0.0.1"])

@@ -30,8 +30,8 @@ from typing import Any
 import aiohttp
 
 from bench.capacity import CAMERA_FPS, PrecodedVideoTrack, precoded_vp8
-from server.client import VigilClient
-from server.ice import restrict_host_addresses
+from server.cli.client import VigilClient
+from server.media.ice import restrict_host_addresses
 from tests.support.audio import ScriptedMicrophone
 from tests.support.browser import REPO_ROOT, VigilProcess
 

@@ -135,7 +135,7 @@ async def serve_steps(opts: argparse.Namespace, workdir: Path, root: Path, label
             if alive == count - len(result["refused"]) and not result["refused"]:
                 largest = count
             await asyncio.sleep(3.0)
-            left = server.api("GET", "/api/sessions")
+            left = server.api("GET", "/api/sessions")["sessions"]  # the list, not the answer object
             if left:
                 print(f"{'':>10}{len(left)} session(s) still open on the server after the clients left")
     finally:

@@ -49,11 +49,11 @@ from aiortc.rtcdatachannel import RTCDataChannel
 
 from pipelines.session import DetectionResult, SampledFrame
 from server.app import create_app
-from server.client import VigilClient
+from server.cli.client import VigilClient
 from server.config import load_settings
-from server.http_server import start_serving
-from server.ice import restrict_host_addresses
-from server.sessions import Analyzers
+from server.http.serve import start_serving
+from server.media.ice import restrict_host_addresses
+from server.media.sessions import Analyzers
 
 BITS = 16
 CLOCK_RATE = 90_000  # the RTP video clock, so pts survive the trip unrounded

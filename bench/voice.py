@@ -41,9 +41,9 @@ import aiohttp
 import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
-from server.client import VigilClient
+from server.cli.client import VigilClient
 from server.config.voice import VoiceSettings
-from server.ice import restrict_host_addresses
+from server.media.ice import restrict_host_addresses
 from tests.support.audio import Recorder, ScriptedMicrophone, silence, speech, speech_split
 from tests.support.llm_server import LlmServer
 from tests.support.ports import free_port

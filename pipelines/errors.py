@@ -1,6 +1,6 @@
 """One error model for every entrypoint: an ``ApiError`` carries a code (never a transport status), a message,
 and optionally the parameter at fault and structured details. The edges translate the code: HTTP status and
-body shape in ``server.errors``, gRPC status in ``server.grpc_api``, an ``error`` message on the data channel.
+body shape in ``server.http.errors``, gRPC status in ``server.grpc_api``, an ``error`` message on the data channel.
 
 Also here, because the data channel, the HTTP bodies and the config loader all need them: ``parse_json`` (every
 way a JSON text can fail to parse becomes one ``invalid_json`` error) and ``describe_validation_error`` (one

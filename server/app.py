@@ -11,26 +11,26 @@ from aiohttp import web
 
 from pipelines.errors import ApiError
 from server.allocator import limit_arenas
-from server.api import ROUTES
-from server.audio_api import setup_audio_api
-from server.auth import auth_middleware
-from server.cluster import setup_cluster
+from server.cluster.node import setup_cluster
 from server.config import Settings
 from server.engines import ENGINES, Engines, ModelPool
-from server.errors import json_errors
-from server.events_api import setup_events_api
 from server.grpc_api.service import setup_grpc
-from server.http_server import serve_forever
-from server.ice import restrict_host_addresses
-from server.memory import setup_memory
+from server.http.auth import auth_middleware
+from server.http.errors import json_errors
+from server.http.probes import setup_probes
+from server.http.routes import ROUTES
+from server.http.serve import serve_forever
+from server.media.ice import restrict_host_addresses
+from server.media.sessions import Analyzers, SessionRegistry
+from server.media.sources import SourceManager
 from server.metrics import watch_event_loop
-from server.openai_api import setup_openai_api
-from server.probes import setup_probes
-from server.sessions import Analyzers, SessionRegistry
-from server.shared_redis import setup_redis
-from server.sources import SourceManager
 from server.state import SESSIONS, SETTINGS, SOURCES, WEBSOCKETS
-from server.v1_ingress import setup_v1_ingress
+from server.store.events import setup_events_api
+from server.store.memory import setup_memory
+from server.v1.audio import setup_audio_api
+from server.v1.chat import setup_openai_api
+from server.v1.ingress import setup_v1_ingress
+from server.v1.shared_redis import setup_redis
 
 log = logging.getLogger(__name__)
 

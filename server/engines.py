@@ -36,7 +36,7 @@ from pipelines.video.batcher import InferenceBatcher
 from pipelines.voice.loop import VoiceEngine, VoiceLoop, VoiceLoopConfig
 from server import config_mapping
 from server.config import Settings
-from server.sessions import Analyzers
+from server.media.sessions import Analyzers
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from server.config import Settings
-from server.sessions import SessionRegistry
-from server.sources import SourceManager
+from server.media.sessions import SessionRegistry
+from server.media.sources import SourceManager
 
 SETTINGS = web.AppKey("settings", Settings)
 SESSIONS = web.AppKey("sessions", SessionRegistry)

@@ -1,4 +1,4 @@
 """Batch transcription: decoding uploads, the persisted job queue (SQLite) and its workers, output formats.
 
-Pure asyncio + sqlite; no HTTP (``server/audio_api.py`` serves it, ``vigil transcribe`` runs it in-process).
+Pure asyncio + sqlite; no HTTP (``server/v1/audio.py`` serves it, ``vigil transcribe`` runs it in-process).
 """

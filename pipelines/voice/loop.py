@@ -206,7 +206,7 @@ class VoiceLoop:
         self.output_track.on_drained = self._reply_audio_drained
         self.last_request: LlmRequest | None = None  # what the LLM was last asked (tests and debugging)
         self.last_reply_stop: str | None = None  # why the ReplyGuard cut the last answer ("repeat", "sentences")
-        self.context_provider: ContextProvider | None = None  # e.g. memory retrieval (server/memory.py)
+        self.context_provider: ContextProvider | None = None  # e.g. memory retrieval (server/store/memory.py)
         self._pipeline: SessionPipeline | None = None
         self._resample = InputResampler()
         self._vad = VadStream(engine.vad)

@@ -1,6 +1,6 @@
 """The gRPC edge of the error model (``pipelines.errors.ApiError``): every method, the auth rejection and request
 parsing raise ``ApiError``; one interceptor (``ApiErrors``) ends the call with the status the error's code stands
-for and its message. The status comes from the code through the HTTP edge's table (``server.errors.HTTP_STATUS``)
+for and its message. The status comes from the code through the HTTP edge's table (``server.http.errors.HTTP_STATUS``)
 and the HTTP-to-gRPC table below: a new code that is not a 400 is one line in ``HTTP_STATUS``, for both edges.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 import grpc
 
 from pipelines.errors import ApiError
-from server.errors import http_status
 from server.grpc_api.handlers import HandlerInterceptor, behavior_of, with_behavior
+from server.http.errors import http_status
 
 GRPC_STATUS_FOR_HTTP = {
     400: grpc.StatusCode.INVALID_ARGUMENT, 401: grpc.StatusCode.UNAUTHENTICATED,

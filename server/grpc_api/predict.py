@@ -24,9 +24,9 @@ from pipelines.errors import ApiError, invalid_body
 from pipelines.serving.chat import ChatDelta, ChatEnd, ChatInput
 from pipelines.serving.prompt import PromptTooLong
 from pipelines.serving.telemetry import StageTimer
-from server.chat_request import ChatCompletionBody
-from server.chat_service import ChatService, chat_error
 from server.grpc_api import inference_pb2 as pb
+from server.v1.chat_request import ChatCompletionBody
+from server.v1.chat_service import ChatService, chat_error
 
 
 def chat_body(request: pb.PredictRequest, default_model: str) -> ChatCompletionBody:

@@ -28,8 +28,6 @@ from aiohttp import web
 from models.stt import WhisperStt
 from pipelines.errors import ApiError
 from pipelines.voice.loop import VoiceLoop
-from server.auth import bearer_token
-from server.chat_service import CHAT_SERVICE, ChatService
 from server.config import Settings
 from server.engines import Engines
 from server.grpc_api import inference_pb2 as pb
@@ -41,6 +39,8 @@ from server.grpc_api.errors import ApiErrors
 from server.grpc_api.handlers import HandlerInterceptor, with_behavior
 from server.grpc_api.metrics import RpcMetrics
 from server.grpc_api.predict import ChatPredictor
+from server.http.auth import bearer_token
+from server.v1.chat_service import CHAT_SERVICE, ChatService
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ GRPC_SERVER = web.AppKey("grpc_server", GrpcServer)
 
 def setup_grpc(app: web.Application, settings: Settings, engines: Engines) -> None:
     """Serve gRPC beside HTTP when ``grpc.enabled``: started on the app's startup, stopped on its shutdown. Needs
-    the app's chat service (``server.openai_api.setup_openai_api``)."""
+    the app's chat service (``server.v1.chat.setup_openai_api``)."""
     if not settings.grpc.enabled:
         return
     server = GrpcServer(settings, engines, app[CHAT_SERVICE])

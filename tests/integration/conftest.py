@@ -19,8 +19,8 @@ from aiohttp import web
 from server.app import create_app
 from server.config import Settings, load_settings
 from server.engines import ModelPool
-from server.http_server import start_serving
-from server.sessions import Analyzers
+from server.http.serve import start_serving
+from server.media.sessions import Analyzers
 from server.state import SESSIONS, SOURCES
 from tests.support.media import make_clip
 from tests.support.redis_server import RedisServer

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 from aiortc import RTCConfiguration, RTCPeerConnection
 
-from server.client import VigilClient, VigilError
+from server.cli.client import VigilClient, VigilError
 from tests.support.audio import ScriptedMicrophone
 from tests.support.media import PrecodedVideoTrack, precoded_vp8
 from tests.support.vigil_process import REPO_ROOT, VigilProcess

@@ -16,7 +16,7 @@ from aiortc.contrib.media import MediaPlayer
 
 from models.stt import WhisperStt
 from pipelines.voice.audio import OUT_RATE, resample_pcm
-from server.client import VigilClient
+from server.cli.client import VigilClient
 from server.config import load_settings
 from server.engines import Engines
 from tests.support.audio import Recorder, ScriptedMicrophone, rms, silence, speech

@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from server.client import VigilClient, VigilError
+from server.cli.client import VigilClient, VigilError
 
 
 async def _request(method: str, url: str, **kwargs) -> tuple[int, dict]:

@@ -245,8 +245,8 @@ async def test_the_cluster_source_limit_holds_under_parallel_posts(start_nodes, 
 
 
 async def test_sessions_are_listed_cluster_wide_and_stay_where_they_were_answered(start_nodes):
-    from server.client import VigilClient
-    from server.ice import restrict_host_addresses
+    from server.cli.client import VigilClient
+    from server.media.ice import restrict_host_addresses
 
     restrict_host_addresses(["127.0.0.1"])  # this process's aiortc client, like the nodes, offers loopback
     a, b = await start_nodes("a", "b")

@@ -21,8 +21,8 @@ import numpy as np
 
 from pipelines.timeline.media import encode_clip
 from pipelines.timeline.store import CRASH_CLIP_ERROR, TimelineEntry, TimelineStore
-from server.events_api import TIMELINE
-from server.memory import MEMORY, MEMORY_CATCH_UP
+from server.store.events import TIMELINE
+from server.store.memory import MEMORY, MEMORY_CATCH_UP
 
 
 def _store(data_dir: Path) -> TimelineStore:

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from server.client import VigilClient
+from server.cli.client import VigilClient
 from tests.integration.test_memory import _memory
 
 SCALE = float(os.environ.get("VIGIL_FUZZ_SCALE", "1"))

@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from server.client import VigilClient
-from server.http_server import start_serving
+from server.cli.client import VigilClient
+from server.http.serve import start_serving
 from tests.support.vigil_process import VigilProcess
 
 # Each of these once ended the session (an exception escaped the data-channel callback) or the subscriber.

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from server.cli.analyze import analyze_file
 from server.config import load_settings
 from server.engines import Engines
-from server.offline import analyze_file
 from tests.support.motion_clips import background, paste, person, scene_clip
 
 FPS = 5

@@ -22,8 +22,8 @@ import av
 import numpy as np
 from aiortc import MediaStreamTrack
 
-from server.client import VigilClient
-from server.rtc_release import release_peer_connection
+from server.cli.client import VigilClient
+from server.media.rtc_release import release_peer_connection
 from tests.support.audio import ScriptedMicrophone
 
 CYCLES = 6

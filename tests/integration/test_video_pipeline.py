@@ -13,10 +13,10 @@ import aiohttp
 import pytest
 from aiortc.contrib.media import MediaPlayer
 
-from server.client import VigilClient
+from server.cli.analyze import analyze_file
+from server.cli.client import VigilClient
 from server.config import load_settings
 from server.engines import Engines
-from server.offline import analyze_file
 from tests.support.media import slideshow, sliding_person
 
 SEGMENT_S = 1.5

@@ -14,7 +14,7 @@ from aiortc.contrib.media import MediaPlayer
 
 from models.stt import WhisperStt
 from pipelines.voice.audio import OUT_RATE
-from server.client import VigilClient
+from server.cli.client import VigilClient
 from tests.support.audio import Recorder, ScriptedMicrophone, rms, silence, speech
 from tests.support.llm_server import LlmServer
 from tests.support.media import slideshow

@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 from aiortc.contrib.media import MediaPlayer
 
-from server.client import VigilClient
+from server.cli.client import VigilClient
 
 
 def _session_tasks(session_id: str) -> list[asyncio.Task]:
@@ -33,7 +33,7 @@ async def test_stream_file_gets_hello_and_counts_then_delete_frees_everything(vi
     counts = metrics["media"]
     assert counts["video"]["frames_sampled"] <= counts["video"]["frames_in"]
     assert counts["audio"]["samples_in"] > 0
-    # Inbound audio is released one packet after it arrives (server/jitter.py), not aiortc's four.
+    # Inbound audio is released one packet after it arrives (server/media/jitter.py), not aiortc's four.
     (audio_receiver,) = [r for r in server.sessions.sessions[session_id].pc.getReceivers() if r.track.kind == "audio"]
     assert audio_receiver._RTCRtpReceiver__jitter_buffer._prefetch == 1
 

@@ -15,8 +15,8 @@ import statistics
 import time
 from typing import Any
 
-from server.client import VigilClient, VigilError, connect_when_admitted
-from server.ice import restrict_host_addresses
+from server.cli.client import VigilClient, VigilError, connect_when_admitted
+from server.media.ice import restrict_host_addresses
 from tests.support.audio import ScriptedMicrophone
 from tests.support.media import PrecodedVideoTrack, precoded_vp8
 

@@ -1,11 +1,11 @@
-"""The access log's redaction (server/http_server.py): secret-bearing query values are masked wherever a URL
+"""The access log's redaction (server/http/serve.py): secret-bearing query values are masked wherever a URL
 appears in a logged field; everything else is left as it was, so the line still says what was asked."""
 
 from __future__ import annotations
 
 import pytest
 
-from server.http_server import redact_query_secrets
+from server.http.serve import redact_query_secrets
 
 
 @pytest.mark.parametrize("logged, expected", [

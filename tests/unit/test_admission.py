@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from pipelines.clock import ArrivalDelay
-from server.admission import LoopLoadMonitor
+from server.media.admission import LoopLoadMonitor
 
 
 class ClocksForTest:

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from server.api import ROUTES
 from server.config import Settings, load_settings
+from server.http.routes import ROUTES
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 READYZ = "/readyz"  # the readiness endpoint (issue 12 adds it beside /healthz)

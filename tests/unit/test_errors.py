@@ -7,7 +7,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from pipelines.errors import ApiError, describe_validation_error, invalid_body, parse_json, parse_number
-from server.errors import http_status, openai_error_body, vigil_error_body
+from server.http.errors import http_status, openai_error_body, vigil_error_body
 
 
 @pytest.mark.parametrize("raw", [

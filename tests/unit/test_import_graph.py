@@ -79,3 +79,25 @@ def test_the_package_graph_has_no_cycles():
 def test_the_cycle_finder_finds_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+FRONT_ENDS = ("server.http", "server.media", "server.v1", "server.store", "server.cluster", "server.grpc_api",
+              "server.cli")
+
+
+def _front_end(module: str) -> str | None:
+    return next((f for f in FRONT_ENDS if module == f or module.startswith(f + ".")), None)
+
+
+def test_the_cli_is_a_leaf():
+    # The command and the client library sit on top: no server module needs them (tests and benches may).
+    into_cli = sorted(f"{source} -> {target}" for source, targets in import_graph().items() for target in targets
+                      if _front_end(target) == "server.cli" and _front_end(source) != "server.cli")
+    assert not into_cli, "imports of the CLI from the server:\n" + "\n".join(into_cli)
+
+
+def test_live_media_imports_no_other_front_end():
+    # Sessions and sources are the core the HTTP, cluster and store packages build on, never the other way.
+    outward = sorted(f"{source} -> {target}" for source, targets in import_graph().items() for target in targets
+                     if _front_end(source) == "server.media" and _front_end(target) not in (None, "server.media"))
+    assert not outward, "server.media importing another front-end:\n" + "\n".join(outward)

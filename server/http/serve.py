@@ -28,7 +28,7 @@ from aiohttp.web_request import BaseRequest
 
 from pipelines.errors import ApiError
 from pipelines.sources.urls import redact_text
-from server.errors import CODE_FOR_STATUS, error_response, parser_error_reason
+from server.http.errors import CODE_FOR_STATUS, error_response, parser_error_reason
 
 
 def redact_query_secrets(text: str) -> str:

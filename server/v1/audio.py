@@ -1,7 +1,7 @@
 """OpenAI-compatible audio endpoints: ``/v1/audio/transcriptions`` (direct, for short files), asynchronous
 transcription jobs (``/v1/audio/transcriptions/jobs``, persisted, for long or many files) and
 ``/v1/audio/speech``. Errors are ``ApiError``s, rendered in OpenAI's shape by the app's error middleware;
-auth is the /v1 ingress (``server.v1_ingress``).
+auth is the /v1 ingress (``server.v1.ingress``).
 
 The models load on first use (the batch Whisper instance and the TTS voice), apart from the live sessions'.
 """
@@ -30,8 +30,8 @@ from pipelines.speech import CONTENT_TYPES as SPEECH_CONTENT_TYPES
 from pipelines.speech import SpeechBusy, SpeechSynthesizer
 from server.config import Settings
 from server.engines import Engines
-from server.errors import parser_error_reason, read_json_body
-from server.v1_ingress import MULTIPART_FIELD_BYTES as MAX_FIELD_BYTES
+from server.http.errors import parser_error_reason, read_json_body
+from server.v1.ingress import MULTIPART_FIELD_BYTES as MAX_FIELD_BYTES
 
 log = logging.getLogger(__name__)
 

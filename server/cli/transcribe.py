@@ -41,7 +41,7 @@ def add_transcribe_command(commands: Any, add_config_arg: Callable[[argparse.Arg
 def run_transcribe(args: argparse.Namespace) -> int:
     """Transcribe files in-process with the batch pipeline (VAD-cut chunks decoded in batches), or with a server."""
     if args.url:
-        from server.transcribe_remote import run_remote_transcribe
+        from server.cli.transcribe_remote import run_remote_transcribe
 
         return run_remote_transcribe(args)
     from tqdm import tqdm

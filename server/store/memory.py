@@ -27,10 +27,10 @@ from pipelines.memory.vectors import MilvusVectors
 from pipelines.serving.chat import ChatInput
 from server.config import Settings
 from server.engines import ENGINES
-from server.errors import ApiError, read_body, validate_json
-from server.events_api import TIMELINE
-from server.sessions import Analyzers
+from server.http.errors import ApiError, read_body, validate_json
+from server.media.sessions import Analyzers
 from server.state import SETTINGS
+from server.store.events import TIMELINE
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers)
 
         analyzers.audio = audio_with_recall
 
-    from server.chat_service import CHAT_SERVICE
+    from server.v1.chat_service import CHAT_SERVICE
 
     if CHAT_SERVICE in app:
         app[CHAT_SERVICE].document_retriever = lambda raw, chat: chat_documents(index, settings, raw, chat)
@@ -391,7 +391,7 @@ async def chat_documents(index: MemoryIndex, settings: Settings, raw: dict[str, 
 
 
 def memory_routes() -> tuple[Any, ...]:
-    from server.routes import Route
+    from server.http.route import Route
 
     errors = (400, 401, 413, 503)
     return (

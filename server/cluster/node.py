@@ -39,10 +39,10 @@ from prometheus_client import Counter, Gauge
 
 from pipelines.protocol import MediaCounts
 from pipelines.sources.container import SourceState
-from server.api import SessionInfo, SessionList, SourceInfo, SourceList
 from server.config import Settings
-from server.errors import ApiError, read_json_body
-from server.sources import MediaPathError, PathOutsideMediaRoot, SourceRequest, redact_url, resolve_media_path
+from server.http.errors import ApiError, read_json_body
+from server.http.routes import SessionInfo, SessionList, SourceInfo, SourceList
+from server.media.sources import MediaPathError, PathOutsideMediaRoot, SourceRequest, redact_url, resolve_media_path
 from server.state import SESSIONS, SOURCES
 
 log = logging.getLogger(__name__)

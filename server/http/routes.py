@@ -14,12 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipelines.errors import ApiError
 from pipelines.protocol import MediaCounts, SessionConfig, SessionConfigPatch
 from pipelines.session import handle_client_message
-from server.errors import read_json_body
-from server.openapi import build_openapi
-from server.probes import Health, Liveness, Readiness, healthz, livez, readyz
-from server.routes import Route
-from server.sessions import SessionRegistry, serialize
-from server.sources import (
+from server.http.errors import read_json_body
+from server.http.openapi import build_openapi
+from server.http.probes import Health, Liveness, Readiness, healthz, livez, readyz
+from server.http.route import Route
+from server.media.sessions import SessionRegistry, serialize
+from server.media.sources import (
     MediaPathError,
     PathOutsideMediaRoot,
     SourceManager,
@@ -261,8 +261,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    from server.events_api import event_routes
-    from server.memory import memory_routes
+    from server.store.events import event_routes
+    from server.store.memory import memory_routes
 
     registered = {(route.method, route.resource.canonical) for route in request.app.router.routes()
                   if route.resource is not None}
@@ -310,9 +310,10 @@ ROUTES: tuple[Route, ...] = (
 
 
 def v1_routes() -> tuple[Route, ...]:
-    """The OpenAI-compatible ``/v1`` endpoints, for ``/openapi.json`` only: ``server.openai_api`` and
-    ``server.audio_api`` register them (when enabled), behind the /v1 ingress (API keys, rate limit)."""
-    from server import audio_api, openai_api  # deferred: they import the serving and batch pipelines
+    """The OpenAI-compatible ``/v1`` endpoints, for ``/openapi.json`` only: ``server.v1.chat`` and
+    ``server.v1.audio`` register them (when enabled), behind the /v1 ingress (API keys, rate limit)."""
+    from server.v1 import audio as audio_api  # deferred: they import the serving and batch pipelines
+    from server.v1 import chat as openai_api
 
     v1_errors = (400, 401, 404, 413, 429, 503)
     job = "/v1/audio/transcriptions/jobs/{job_id}"

@@ -12,8 +12,8 @@ from typing import Any
 
 from models.packaged import ModelNotAvailable
 from server import __version__
+from server.cli.transcribe import add_transcribe_command
 from server.config import ConfigError, Settings, load_settings
-from server.transcribe_command import add_transcribe_command
 
 
 def _add_config_arg(parser: argparse.ArgumentParser) -> None:
@@ -51,8 +51,8 @@ def _config_show(args: argparse.Namespace) -> int:
 def _analyze(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from server.cli.analyze import analyze_file
     from server.engines import Engines
-    from server.offline import analyze_file
 
     overrides = {"video": {"target_fps": args.fps}} if args.fps else None
     settings = _settings(args, overrides)
@@ -89,8 +89,8 @@ def _analyze(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from server.client import replay
-    from server.ice import restrict_host_addresses
+    from server.cli.client import replay
+    from server.media.ice import restrict_host_addresses
 
     settings = _settings(args)
     restrict_host_addresses(settings.webrtc.host_addresses)

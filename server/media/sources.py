@@ -22,8 +22,8 @@ from pipelines.session import SessionPipeline
 from pipelines.sources.container import ContainerSource, PacketSink, ReaderSettings, SourceState
 from pipelines.sources.urls import normalize_source_url, redact_url
 from server.config import Settings
+from server.media.sessions import Analyzers, TimelineFactory, serialize
 from server.metrics import SOURCE_STATES, SOURCES
-from server.sessions import Analyzers, TimelineFactory, serialize
 
 log = logging.getLogger(__name__)
 

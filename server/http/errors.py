@@ -119,7 +119,7 @@ def vigil_error_body(error: ApiError) -> dict[str, Any]:
 
 
 def error_response(error: ApiError, path: str, status: int | None = None) -> web.Response:
-    """``status``: only where the transport already decided it (aiohttp's protocol layer, server.http_server)."""
+    """``status``: only where the transport already decided it (aiohttp's protocol layer, server.http.serve)."""
     openai = is_openai_path(path)
     status = status or http_status(error, openai)
     body = openai_error_body(error, status) if openai else vigil_error_body(error)

@@ -1,5 +1,5 @@
 """One documented HTTP route: the route tables of every API module are made of these, and ``/openapi.json`` is
-built from them (``server.openapi``). Its own module so that API modules and the OpenAPI handler import it
+built from them (``server.http.openapi``). Its own module so that API modules and the OpenAPI handler import it
 without importing each other."""
 
 from __future__ import annotations

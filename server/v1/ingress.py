@@ -1,7 +1,7 @@
 """The ingress of every ``/v1/`` route (chat, models, audio): who is calling (an API key, the server's bearer
 token, or the client's address on an open server), whether they are within their rate limit, and whether the
 declared request size fits the route. Installed by the app once, for every ``/v1/`` route present or added
-later; the handlers behind it (``server.openai_api``, ``server.audio_api``) own no auth of their own.
+later; the handlers behind it (``server.v1.chat``, ``server.v1.audio``) own no auth of their own.
 
 Errors are ``ApiError``s; the app's error middleware renders them in OpenAI's shape.
 """
@@ -19,9 +19,9 @@ from aiohttp import web
 from pipelines.errors import ApiError
 from pipelines.serving.ratelimit import InProcessRateLimiter, RateLimiter, RedisRateLimiter
 from pipelines.serving.telemetry import RATE_LIMITED, StageTimer
-from server.auth import presented_token
 from server.config import RateLimit, Settings
-from server.errors import OPENAI_PREFIX, Handler
+from server.http.auth import presented_token
+from server.http.errors import OPENAI_PREFIX, Handler
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from pipelines.protocol import Event, ServerMessage
 from pipelines.sources.container import ContainerSource, SourceState
 from server.config import Settings
 from server.engines import Engines
-from server.events_api import open_timeline, recorder_factory
-from server.sessions import Analyzers
+from server.media.sessions import Analyzers
+from server.store.events import open_timeline, recorder_factory
 
 
 async def analyze_file(

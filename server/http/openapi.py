@@ -9,11 +9,11 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from server import __version__
-from server.errors import ErrorBody, OpenAiErrorBody, is_openai_path
+from server.http.errors import ErrorBody, OpenAiErrorBody, is_openai_path
 
 
 def build_openapi(routes: Iterable[Any]) -> dict[str, Any]:
-    """The document for ``routes`` (``server.routes.Route``s): errors in Vigil's shape, or OpenAI's under /v1/."""
+    """The document for ``routes`` (``server.http.route.Route``s): errors in Vigil's shape, or OpenAI's under /v1/."""
     routes = list(routes)
     models: set[type[BaseModel]] = {ErrorBody, OpenAiErrorBody}
     for route in routes:

@@ -18,7 +18,7 @@ from pipelines.errors import parse_number
 from pipelines.timeline.recorder import AppearRule, RecorderSettings, TimelineRecorder
 from pipelines.timeline.store import ENTRY_KINDS, StorageUnavailable, TimelineEntry, TimelineStore
 from server.config import Settings
-from server.errors import ApiError
+from server.http.errors import ApiError
 from server.state import SESSIONS, SOURCES
 
 TIMELINE = web.AppKey("timeline", TimelineStore)
@@ -204,7 +204,7 @@ async def delete_event(request: web.Request) -> web.Response:
 
 
 def event_routes() -> tuple[Any, ...]:
-    from server.routes import Route
+    from server.http.route import Route
 
     one = "/api/events/{event_id}"
     return (

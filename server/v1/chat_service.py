@@ -25,9 +25,9 @@ from pipelines.serving.cache import (
 from pipelines.serving.chat import CacheConfig, ChatDelta, ChatEnd, ChatInput, ChatPipeline, TokenLogprob
 from pipelines.serving.content_filter import StreamingContentFilter
 from pipelines.serving.prompt import PromptBuilder, PromptTooLong
-from server.chat_request import ChatCompletionBody, validate_chat
 from server.config import Settings
 from server.engines import Engines
+from server.v1.chat_request import ChatCompletionBody, validate_chat
 
 
 class ChatService:
@@ -38,13 +38,14 @@ class ChatService:
     def __init__(self, settings: Settings, engines: Engines, redis: Any = None) -> None:
         self.settings = settings
         self.engines = engines
-        self.redis = redis  # the app's (server.shared_redis); None: in-process caches
+        self.redis = redis  # the app's (server.v1.shared_redis); None: in-process caches
         self.created = int(time.time())
         self.in_flight = 0
         self._pipeline: ChatPipeline | None = None
         self._loading = asyncio.Lock()
         self._llm_for_test: LanguageModel | None = None
-        # (raw body, chat) -> (chat with retrieved documents, their sources): a document collection (server/memory.py)
+        # (raw body, chat) -> (chat with retrieved documents, their sources): a document collection
+        # (server/store/memory.py)
         self.document_retriever: Callable[[dict[str, Any], ChatInput],
                                           Awaitable[tuple[ChatInput, list[dict[str, Any]]]]] | None = None
 

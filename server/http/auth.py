@@ -7,13 +7,13 @@ import hmac
 from aiohttp import web
 
 from pipelines.errors import ApiError
-from server.errors import Handler
+from server.http.errors import Handler
 
 # The dashboard's own files must load without a token: the page is what asks the user for it.
 PUBLIC_PREFIXES = ("/static/",)
-# Probes too: an orchestrator holds no secret (server/probes.py); they reveal nothing without the token.
+# Probes too: an orchestrator holds no secret (server/http/probes.py); they reveal nothing without the token.
 PUBLIC_PATHS = frozenset({"/", "/index.html", "/favicon.ico", "/healthz", "/livez", "/readyz"})
-# The /v1 routes check API keys (or this token) in their own ingress (server/v1_ingress.py).
+# The /v1 routes check API keys (or this token) in their own ingress (server/v1/ingress.py).
 DELEGATED_PREFIXES = ("/v1/",)
 
 

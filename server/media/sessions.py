@@ -30,18 +30,18 @@ from pipelines.session import (
     pump_track,
 )
 from server import __version__
-from server.admission import LoopLoadMonitor
 from server.allocator import HeapTrimmer
 from server.config import Settings
-from server.jitter import lower_audio_latency
+from server.media.admission import LoopLoadMonitor
+from server.media.jitter import lower_audio_latency
+from server.media.rtc_release import release_peer_connection
 from server.metrics import SESSIONS
-from server.rtc_release import release_peer_connection
 
 log = logging.getLogger(__name__)
 
 RESULTS_LABEL = "results"
 
-# Makes a session's or source's timeline recorder, given (origin, name); set by server.events_api.
+# Makes a session's or source's timeline recorder, given (origin, name); set by server.store.events.
 TimelineFactory = Callable[[str, str | None], TimelineSink]
 
 

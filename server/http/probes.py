@@ -13,11 +13,11 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from server import __version__
-from server.audio_api import AUDIO
-from server.auth import presented_token
-from server.chat_service import CHAT_SERVICE
-from server.memory import MEMORY
+from server.http.auth import presented_token
 from server.state import SESSIONS, SETTINGS, SOURCES
+from server.store.memory import MEMORY
+from server.v1.audio import AUDIO
+from server.v1.chat_service import CHAT_SERVICE
 
 
 @dataclass

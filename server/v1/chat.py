@@ -1,8 +1,8 @@
 """OpenAI-compatible chat handlers: ``POST /v1/chat/completions`` and ``GET /v1/models`` (the official SDKs work
-unchanged). Auth, rate limits and size limits are the /v1 ingress's (``server.v1_ingress``); the request schema
-and its validation are ``server.chat_request``; the pipeline (cache, prompt, LLM, content filter) is the app's
-``ChatService`` (``server.chat_service``), shared with gRPC. This module only speaks HTTP: JSON or Server-Sent
-Events out, and cancelling the generation when the client goes away (``server.disconnects``).
+unchanged). Auth, rate limits and size limits are the /v1 ingress's (``server.v1.ingress``); the request schema
+and its validation are ``server.v1.chat_request``; the pipeline (cache, prompt, LLM, content filter) is the app's
+``ChatService`` (``server.v1.chat_service``), shared with gRPC. This module only speaks HTTP: JSON or Server-Sent
+Events out, and cancelling the generation when the client goes away (``server.v1.disconnects``).
 
 Vigil's additions to OpenAI's shapes: the response field ``vigil`` (cache result, stage timings, what the prompt
 stage dropped), the headers ``X-Vigil-Cache`` (exact | semantic | miss | bypass) and ``X-Vigil-Stage-Timings``
@@ -26,14 +26,14 @@ from pipelines.errors import ApiError
 from pipelines.serving.chat import ChatDelta, ChatEnd, ChatInput, ChatPipeline, ChatPlan, TokenLogprob
 from pipelines.serving.prompt import PromptTooLong
 from pipelines.serving.telemetry import CHAT_REQUESTS, StageTimer
-from server.chat_request import ChatCompletionBody
-from server.chat_service import CHAT_SERVICE, ChatService, chat_error, collect
 from server.config import Settings
-from server.disconnects import ClientDisconnected, DisconnectWatcher
 from server.engines import Engines
-from server.errors import openai_error_body, read_json_body
-from server.sse import SSE_DONE, sse_event
-from server.v1_ingress import STAGE_TIMER
+from server.http.errors import openai_error_body, read_json_body
+from server.v1.chat_request import ChatCompletionBody
+from server.v1.chat_service import CHAT_SERVICE, ChatService, chat_error, collect
+from server.v1.disconnects import ClientDisconnected, DisconnectWatcher
+from server.v1.ingress import STAGE_TIMER
+from server.v1.sse import SSE_DONE, sse_event
 
 DISCONNECTS = web.AppKey("chat_disconnects", DisconnectWatcher)
 DOCUMENT_SOURCES = web.RequestKey("vigil_document_sources", list)  # chunks retrieved from a collection
@@ -67,7 +67,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         body = await read_json_body(request, ChatCompletionBody, require_content_type=False)
         await api.discover_models()
         chat = api.validate(body)
-        if api.document_retriever is not None:  # a document collection (server/memory.py)
+        if api.document_retriever is not None:  # a document collection (server/store/memory.py)
             chat, request[DOCUMENT_SOURCES] = await api.document_retriever(body.model_dump(), chat)
     with api.slot():
         return await _complete(request, api, disconnects, body, chat, timer)
