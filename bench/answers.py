@@ -129,7 +129,7 @@ CONVERSATIONS: list[Conversation] = [
          r"brightness|app|power sav|low power|battery sav|background|bluetooth|wi-?fi|location|screen"),
         ("What can I cook quickly for dinner?",
          r"pasta|egg|omelet|stir[- ]fry|salad|sandwich|soup|rice|noodle|quesadilla|tacos?|wrap"),
-        ("How can I stay cool on a hot day?", r"water|shade|fan|drink|hydrat|light|air[- ]condition|shower|cool"),
+        ("How can I stay cool on a hot day?", r"water|shade|fan|drink|hydrat|light|air[- ]condition|shower"),
         ("The leaves of my plant are turning yellow. What should I do?",
          r"water|light|sun|drain|fertili|soil|nutrient|pot"),
         ("How do I get a coffee stain out of a shirt?",
@@ -166,7 +166,7 @@ CONVERSATIONS: list[Conversation] = [
     pair("What is the capital of Germany?", "What language do people speak there?", "follow-up", r"german"),
     pair("Name a red fruit.", "And a green one?", "follow-up", r"apple|lime|kiwi|grape|pear|avocado|melon|gooseberr"),
     pair("What is the largest planet in our solar system?", "Is it bigger than Earth?", "follow-up",
-         r"\byes\b|bigger|larger"),
+         r"\byes\b|larger|times|much bigger"),
     pair("What is seven times six?", "Add two to that.", "follow-up", r"\b(44|forty[- ]four)\b"),
     # The scene: a real photograph on the camera track (the detector counts people; zone "door" is the left part).
     Conversation((
@@ -179,7 +179,7 @@ CONVERSATIONS: list[Conversation] = [
         Q("Do you see anyone?", "scene", r"\bno\b|nobody|no one|not|don't|\b(0|zero)\b", r"\byes\b"),
         Q("How many people do you see?", "scene", r"\b(0|zero|no|none)\b|nobody|no one"),
         Q("Is anyone in the door zone?", "scene", r"\bno\b|nobody|no one|empty|\b(0|zero)\b|none", r"\byes\b"),
-        Q("Is the room empty?", "scene", r"\byes\b|empty|no one|nobody"),
+        Q("Is the room empty?", "scene", r"\byes\b|is empty|no one|nobody"),
     ), clip="no-one"),
 ]
 CATEGORIES = ["facts", "arithmetic", "advice", "requests", "scene", "past", "follow-up"]

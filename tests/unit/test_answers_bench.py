@@ -1,0 +1,40 @@
+"""bench/answers.py's grading: the question set, loops, camera talk in an audio-only session, transcripts."""
+
+from __future__ import annotations
+
+import re
+
+from bench.answers import CATEGORIES, CONVERSATIONS, Conversation, Q, grade, loops, transcript_matches
+from bench.voice import Turn
+
+
+def test_the_question_set_covers_every_category_with_sixty_graded_questions():
+    graded = [q for c in CONVERSATIONS for q in c.questions if q.category]
+    assert len(graded) >= 60
+    assert {q.category for q in graded} == set(CATEGORIES)
+    for q in graded:  # saying the question back is no right answer (a request is acknowledged in its words)
+        assert q.category == "requests" or not re.search(q.accept, q.text, re.IGNORECASE), q
+    assert any(not c.audio_only for c in CONVERSATIONS)
+
+
+def _graded(reply: str, question: Q, clip: str | None = None):
+    turn = Turn("vigil", question.text, replies=[reply], answered=[question.text])
+    return grade("vigil", question, Conversation((question,), clip=clip), 0, turn)
+
+
+def test_grades():
+    sun = Q("Which planet is closest to the sun?", "facts", r"mercury")
+    assert _graded("Mercury is.", sun).right
+    assert _graded("The planet closest to the sun is Venus.", sun).why == "lacks /mercury/"
+    camera = _graded("The camera has not been analysed yet. Mercury.", sun)
+    assert (camera.right, camera.absent) == (False, True)
+    assert _graded("I see two people.", Q("How many people do you see?", "scene", r"two"), clip="two-people").right
+    looped = _graded("Mercury is hot. Mercury is hot.", sun)
+    assert (looped.right, looped.looped) == (False, True)
+
+
+def test_loops_and_transcripts():
+    assert loops("a b c d e f, a b c d e f, a b c d e f")
+    assert not loops("Paris is the capital of France. It is big.")
+    assert transcript_matches("Who wrote Romeo and Juliet?", "who wrote Romeo and Juliet")
+    assert not transcript_matches("What colour is a ripe banana?", "What colors a bright banana?")
