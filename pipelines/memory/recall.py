@@ -32,6 +32,7 @@ _FILLER = re.compile(
     r"please|tell|about|told|said)\b",
     re.IGNORECASE,
 )
+_REMINDERS = re.compile(r"\b(remind|reminders?|remember|forget|note)\b", re.IGNORECASE)
 _PRONOUNS = re.compile(r"\b(it|that|this|there|them|they|he|she|one)\b", re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z0-9']+")
 
@@ -53,6 +54,8 @@ def rewrite_query(question: str, conversation: Sequence[ChatMessage]) -> str:
     own = _content_words(_FILLER.sub(" ", question))
     if len(own) >= 2 and not _PRONOUNS.search(question):
         return " ".join(own)
+    if not own and _REMINDERS.search(question):  # "what did I ask you to remember?": the requests themselves
+        return "remind remember forget note"
     previous = next((m.content for m in reversed(conversation) if m.role == "user"), "")
     context = [w for w in _content_words(previous) if w.lower() not in {o.lower() for o in own}]
     return " ".join(own + context) or question

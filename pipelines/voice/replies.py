@@ -22,7 +22,7 @@ _SCENE = re.compile(
 )
 # "Remind me to buy milk", "please remember that the code is 42", "don't let me forget the keys".
 _REMINDER = re.compile(
-    r"\b(?:remind me|remember|(?:do not|don't) let me forget|make a note|note)\s+(?P<how>to|that|about|of)?\s*"
+    r"\b(?P<verb>remind me|remember|(?:do not|don't) let me forget|make a note|note)\s+(?P<how>to|that|about|of)?\s*"
     r"(?P<what>.+)",
     re.IGNORECASE,
 )
@@ -51,7 +51,7 @@ def reminder_request(text: str) -> str | None:
     if _RECALL_REMINDERS.search(text) and "?" in text:
         return None  # "what did I ask you to remember?" asks, it does not request
     match = _REMINDER.search(text)
-    if match is None or (match["how"] is None and not text.lower().lstrip().startswith(("remind", "don't", "do not"))):
+    if match is None or (match["how"] is None and match["verb"].lower() in ("remember", "note", "make a note")):
         return None  # "I remember the film" is no request
     what = " ".join(_FIRST_TO_SECOND.get(word.lower(), word) for word in match["what"].rstrip(".!? ").split())
     if not what:

@@ -283,3 +283,24 @@ async def test_a_reminder_is_acknowledged_kept_and_recalled(vigil):
         recalled = await call.turn(3)
         assert {"buy", "milk", "work"} <= _words(recalled["reply"]), recalled
         assert _session_loop(server)._reminders == ["to buy some milk after work"]
+
+
+async def test_a_reminder_is_recalled_from_memory_in_a_later_session(vigil, tmp_path: Path):
+    """The request is stored in memory (the timeline records the transcript, memory indexes it): a new session,
+    which has no reminders of its own, finds it when asked what it should remember."""
+    from server.state import MEMORY, TIMELINE
+
+    memory = {"enabled": True, "data_dir": str(tmp_path / "memory"), "voice": {"timeout_s": 60}}
+    server = await vigil(voice=VOICE, memory=memory)
+    async with VoiceCall(server.url) as call:
+        call.mic.say(speech("Please remind me to buy some milk after work."))
+        asked = await call.turn(1)
+        assert "milk" in asked["reply"].lower(), asked
+    assert await asyncio.to_thread(server.app[TIMELINE].flush, 60.0)
+    await server.app[MEMORY].flush()
+    async with VoiceCall(server.url) as call:
+        call.mic.say(speech("What did I ask you to remember?"))
+        recalled = await call.turn(1)
+        assert recalled["metrics"]["memory_entries"] >= 1, recalled["metrics"]
+        system = _session_loop(server).last_request.messages[0].content
+        assert "buy some milk" in system.lower(), system

@@ -41,7 +41,7 @@ def test_a_reply_stops_after_its_sentence_budget():
     ("Please remind me to buy some milk after work.", "to buy some milk after work"),
     ("Can you remind me to call my mother tomorrow?", "to call your mother tomorrow"),
     ("Remember that my keys are in the car.", "that your keys are in the car"),
-    ("Don't let me forget my umbrella.", "about your umbrella"),
+    ("Please don't let me forget my umbrella.", "about your umbrella"),
     ("What did I ask you to remember?", None),
     ("I remember the film.", None),
     ("Which planet is closest to the sun?", None),
@@ -67,3 +67,12 @@ def test_the_prompt_names_the_camera_only_with_video_and_the_scene_only_when_ask
     assert "camera" in asked and scene in asked
     unrelated = session_prompt("Be brief.", video=True, scene=scene, question="What is twelve times three?")
     assert "camera" in unrelated and scene not in unrelated
+
+
+def test_memory_searches_for_reminders_when_asked_what_to_remember():
+    from pipelines.memory.recall import asks_about_past, rewrite_query
+
+    question = "What did I ask you to remember?"
+    assert asks_about_past(question)
+    assert rewrite_query(question, []) == "remind remember forget note"  # finds "Please remind me to ..."
+    assert rewrite_query("What did I tell you about the bicycle earlier?", []) == "bicycle"
