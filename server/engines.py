@@ -13,10 +13,8 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
-
-from aiohttp import web
 
 from models.batch_stt import BatchedWhisper
 from models.detectors import load_detector
@@ -127,16 +125,18 @@ class Engines:
 
     def _build_analyzers(self) -> Analyzers:
         settings = self.settings
-        analyzers = Analyzers()
+        video: Callable[[], DetectorVideoAnalyzer] | None = None
+        audio: Callable[[str], VoiceLoop] | None = None
+        closers: list[Callable[[], Awaitable[None]]] = []
         if settings.models.detector.backend != "none":
             batcher = build_batcher(settings)
-            analyzers.video = lambda: DetectorVideoAnalyzer(batcher)
-            analyzers.closers.append(batcher.close)
+            video = lambda: DetectorVideoAnalyzer(batcher)  # noqa: E731
+            closers.append(batcher.close)
         if settings.voice.enabled:
             engine = self.voice_engine()
-            analyzers.audio = lambda origin: VoiceLoop(engine, voice_loop_config(settings, origin))
-            analyzers.closers.append(engine.close)
-        return analyzers
+            audio = lambda origin: VoiceLoop(engine, voice_loop_config(settings, origin))  # noqa: E731
+            closers.append(engine.close)
+        return Analyzers(video=video, audio=audio, closers=closers)
 
     def voice_engine(self) -> VoiceEngine:
         """The voice loop's models (its executors are its own: one engine per app)."""
@@ -194,7 +194,4 @@ class Engines:
             await model.close()
         if self._owns_models:
             await self.models.close()
-
-
-ENGINES = web.AppKey("engines", Engines)
 

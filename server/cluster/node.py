@@ -29,21 +29,24 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
-from aiohttp import web
 from prometheus_client import Counter, Gauge
 
 from pipelines.protocol import MediaCounts
 from pipelines.sources.container import SourceState
 from server.config import Settings
-from server.http.errors import ApiError, read_json_body
-from server.http.routes import SessionInfo, SessionList, SourceInfo, SourceList
-from server.media.sources import MediaPathError, PathOutsideMediaRoot, SourceRequest, redact_url, resolve_media_path
-from server.state import SESSIONS, SOURCES
+from server.http.errors import ApiError
+from server.media.routes import SessionInfo, SourceInfo
+from server.media.sessions import SessionRegistry
+from server.media.sources import (
+    SourceManager,
+    SourceRequest,
+    redact_url,
+    resolve_media_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +59,6 @@ PASSES = Counter("vigil_cluster_passes_total", "Cluster passes by what started t
                  "lease_expiry: another node's lease ran out, source_state: a local source changed state).",
                  ["trigger"])
 
-CLUSTER = web.AppKey("cluster", "ClusterNode")
 
 _RENEW = """if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
 return 0"""
@@ -117,9 +119,10 @@ class ClusterNode:
     EXPIRY_MARGIN_S = 0.005  # look just after a lease's expiry, not just before it
     MIN_PASS_INTERVAL_S = 0.05  # never two passes closer than this, whatever asked for the next one
 
-    def __init__(self, app: web.Application, settings: Settings) -> None:
+    def __init__(self, settings: Settings, sessions: SessionRegistry, sources: SourceManager) -> None:
         assert settings.cluster.redis_url is not None
-        self.app, self.settings, self.config = app, settings, settings.cluster
+        self.settings, self.config = settings, settings.cluster
+        self.sessions, self.sources = sessions, sources
         self.node_id, self.url = _default_identity(settings)
         self.prefix = self.config.key_prefix
         self.redis = aioredis.from_url(
@@ -139,7 +142,7 @@ class ClusterNode:
         self._load: dict[str, float] = {}
         self._lease_expires_at: float | None = None  # monotonic time the soonest other node's lease runs out
         self._wake = asyncio.Event()  # an early pass: a local source changed state
-        app[SOURCES].state_listeners.append(self._source_state_changed)
+        sources.state_listeners.append(self._source_state_changed)  # a listener, as the timeline's are
 
     # ------------------------------------------------------------------ keys
 
@@ -226,7 +229,7 @@ class ClusterNode:
 
     async def _tick(self) -> None:
         rejoined = not self.connected
-        sources = self.app[SOURCES]
+        sources = self.sources
         # 1. Our leases: renew; re-assert after an outage; a lease another node holds means that node runs it.
         for source_id, spec in list(self.local_specs.items()):
             renewed = await self.redis.eval(_RENEW, 1, self._key("lease", source_id), self.node_id, self._ms)
@@ -297,7 +300,7 @@ class ClusterNode:
             return False
         try:
             request = SourceRequest.model_validate(spec["request"])
-            self.app[SOURCES].start(request, source_id=source_id)
+            self.sources.start(request, source_id=source_id)
         except Exception as error:  # e.g. the file is not under this node's media root: let another node try
             log.warning("cluster: cannot run source %s here: %s", source_id, error)
             await self.redis.eval(_RELEASE, 1, self._key("lease", source_id), self.node_id)
@@ -310,7 +313,7 @@ class ClusterNode:
 
     async def _stop_local(self, source_id: str) -> None:
         self.local_specs.pop(source_id, None)
-        await self.app[SOURCES].stop(source_id)
+        await self.sources.stop(source_id)
 
     # ------------------------------------------------------------------ heartbeat
 
@@ -319,7 +322,7 @@ class ClusterNode:
         wall = max(now - self._cpu_mark[0], 1e-6)
         cpu_share = (cpu - self._cpu_mark[1]) / wall / (os.cpu_count() or 1)
         self._cpu_mark = (now, cpu)
-        sources, sessions = self.app[SOURCES], self.app[SESSIONS]
+        sources, sessions = self.sources, self.sessions
         frames = sum(s.pipeline.counts.video.frames_analyzed for s in sources.sources.values())
         frames += sum(s.pipeline.counts.video.frames_analyzed for s in sessions.sessions.values())
         fps = max(0, frames - self._frames_mark[1]) / max(now - self._frames_mark[0], 1e-6)
@@ -332,9 +335,9 @@ class ClusterNode:
         record = {
             "id": self.node_id, "url": self.url, "draining": self.draining, "load": self._load, "ts": time.time(),
             "sources": [SourceInfo.model_validate({**s.describe(), "node": self.node_id}).model_dump(mode="json")
-                        for s in self.app[SOURCES].sources.values()],
+                        for s in self.sources.sources.values()],
             "sessions": [SessionInfo.model_validate({**s.describe(), "node": self.node_id}).model_dump(mode="json")
-                         for s in self.app[SESSIONS].sessions.values()],
+                         for s in self.sessions.sessions.values()],
         }
         ttl = int(self.config.node_ttl_s * 1000)
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -398,8 +401,8 @@ class ClusterNode:
             spec["node"] = placed
             if placed == self.node_id:
                 if await self._take(source_id, spec) or source_id in self.local_specs:  # (or our pass took it)
-                    return self.app[SOURCES].sources[source_id].describe() | {"node": self.node_id}
-                if len(self.app[SOURCES]) >= limit:  # full here after all (a source not yet in Redis): refuse
+                    return self.sources.sources[source_id].describe() | {"node": self.node_id}
+                if len(self.sources) >= limit:  # full here after all (a source not yet in Redis): refuse
                     await self.redis.hdel(self._key("sources"), source_id)
                     raise ApiError("too_many_sources", f"this node's source limit is reached ({limit})")
         except (aioredis.RedisError, OSError):
@@ -419,7 +422,7 @@ class ClusterNode:
 
     async def list_sources(self) -> tuple[list[dict[str, Any]], bool]:
         """Every cluster source with its node; (local ones only, True) while Redis is away."""
-        local = {sid: s.describe() | {"node": self.node_id} for sid, s in self.app[SOURCES].sources.items()}
+        local = {sid: s.describe() | {"node": self.node_id} for sid, s in self.sources.sources.items()}
         try:
             specs = await self.redis.hgetall(self._key("sources"))
             nodes = await self._read_nodes()
@@ -434,7 +437,7 @@ class ClusterNode:
         return sorted(out, key=lambda s: s["created_at"]), False
 
     async def list_sessions(self) -> tuple[list[dict[str, Any]], bool]:
-        local = [s.describe() | {"node": self.node_id} for s in self.app[SESSIONS].sessions.values()]
+        local = [s.describe() | {"node": self.node_id} for s in self.sessions.sessions.values()]
         try:
             nodes = await self._read_nodes()
         except (aioredis.RedisError, OSError):
@@ -506,92 +509,3 @@ class ClusterNode:
             self._require()
         return [{"id": n.id, "url": n.url, "draining": n.draining, "load": n.load, "self": n.id == self.node_id}
                 for n in nodes.values()]
-
-
-# ---------------------------------------------------------------------- HTTP wiring
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@web.middleware
-async def cluster_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """In cluster mode, the source and session endpoints answer for the whole cluster; everything about a source
-    that runs here, and every WebRTC session, is still served by the ordinary handlers."""
-    node: ClusterNode = request.app[CLUSTER]
-    path, method = request.path.rstrip("/"), request.method
-    if path == "/api/sources" and method == "POST":
-        body: SourceRequest = await read_json_body(request, SourceRequest)
-        try:
-            info = await node.create(body)
-        except PathOutsideMediaRoot as error:
-            raise ApiError("invalid_path", str(error), param="path", kind="forbidden") from None
-        except MediaPathError as error:
-            raise ApiError("invalid_path", str(error), param="path") from None
-        return _json(SourceInfo.model_validate(info), 201)
-    if path == "/api/sources" and method == "GET":
-        sources, partial = await node.list_sources()
-        return _json(SourceList(sources=[SourceInfo.model_validate(s) for s in sources], partial=partial))
-    if path == "/api/sessions" and method == "GET":
-        sessions, partial = await node.list_sessions()
-        return _json(SessionList(sessions=[SessionInfo.model_validate(s) for s in sessions], partial=partial))
-    parts = path.split("/")
-    if len(parts) >= 4 and parts[:3] == ["", "api", "sources"]:
-        source_id = parts[3]
-        local = request.app[SOURCES].get(source_id)
-        if len(parts) == 4 and method == "DELETE":
-            if not await node.delete(source_id):
-                raise ApiError("not_found", "no such source")
-            return web.Response(status=204)
-        if local is not None:
-            if len(parts) == 4 and method == "GET":
-                return _json(SourceInfo.model_validate(local.describe() | {"node": node.node_id}))
-            return await handler(request)
-        found = await node.find_source(source_id)
-        if found is None:
-            raise ApiError("not_found", "no such source")
-        info, owner = found
-        if len(parts) == 4 and method == "GET":
-            return _json(SourceInfo.model_validate(info))
-        where = f"node {owner.id} at {owner.url}" if owner else "no node yet (being placed or taken over)"
-        raise ApiError("source_on_other_node", f"source {source_id} runs on {where}: ask that node")
-    if len(parts) == 4 and parts[:3] == ["", "api", "sessions"] and method == "GET":
-        if request.app[SESSIONS].get(parts[3]) is None:
-            sessions, _ = await node.list_sessions()
-            for info in sessions:
-                if info["id"] == parts[3]:
-                    return _json(SessionInfo.model_validate(info))
-    return await handler(request)
-
-
-def _json(model: Any, status: int = 200) -> web.Response:
-    return web.json_response(text=model.model_dump_json(), status=status)
-
-
-async def _nodes(request: web.Request) -> web.Response:
-    return web.json_response({"nodes": await request.app[CLUSTER].nodes()})
-
-
-async def _drain(request: web.Request) -> web.Response:
-    return web.json_response(await request.app[CLUSTER].drain())
-
-
-def setup_cluster(app: web.Application, settings: Settings) -> None:
-    """Make this app a cluster member (when ``cluster.redis_url`` is set). Call before the app's own shutdown
-    handler is added, so that a drain (SIGTERM) hands sources over before they are stopped."""
-    if settings.cluster.redis_url is None:
-        return
-    node = ClusterNode(app, settings)
-    app[CLUSTER] = node
-    app.middlewares.append(cluster_middleware)
-    app.router.add_get("/api/cluster/nodes", _nodes)
-    app.router.add_post("/api/cluster/drain", _drain)
-
-    async def start(app: web.Application) -> None:
-        await node.start()
-
-    async def leave(app: web.Application) -> None:
-        await node.leave()
-
-    app.on_startup.append(start)
-    app.on_shutdown.append(leave)
-

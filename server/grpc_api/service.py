@@ -40,7 +40,7 @@ from server.grpc_api.handlers import HandlerInterceptor, with_behavior
 from server.grpc_api.metrics import RpcMetrics
 from server.grpc_api.predict import ChatPredictor
 from server.http.auth import bearer_token
-from server.v1.chat_service import CHAT_SERVICE, ChatService
+from server.v1.chat_service import ChatService
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ class TokenAuth(HandlerInterceptor):
 
 
 class GrpcServer:
-    """Started and stopped with the aiohttp app (``setup_grpc``); ``port`` is the bound port once started."""
+    """Started and stopped with the aiohttp app (``mount_grpc``); ``port`` is the bound port once started."""
 
     def __init__(self, settings: Settings, engines: Engines, chat: ChatService) -> None:
         self.settings = settings
@@ -254,16 +254,15 @@ class GrpcServer:
         await self.service.close()
 
 
-GRPC_SERVER = web.AppKey("grpc_server", GrpcServer)
+def build_grpc(settings: Settings, engines: Engines, chat: ChatService) -> GrpcServer | None:
+    """gRPC beside HTTP when ``grpc.enabled``, sharing the app's chat service."""
+    return GrpcServer(settings, engines, chat) if settings.grpc.enabled else None
 
 
-def setup_grpc(app: web.Application, settings: Settings, engines: Engines) -> None:
-    """Serve gRPC beside HTTP when ``grpc.enabled``: started on the app's startup, stopped on its shutdown. Needs
-    the app's chat service (``server.v1.chat.setup_openai_api``)."""
-    if not settings.grpc.enabled:
+def mount_grpc(app: web.Application, server: GrpcServer | None) -> None:
+    """Started on the app's startup, stopped on its shutdown."""
+    if server is None:
         return
-    server = GrpcServer(settings, engines, app[CHAT_SERVICE])
-    app[GRPC_SERVER] = server
 
     async def start(app: web.Application) -> None:
         await server.start()

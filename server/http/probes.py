@@ -6,7 +6,6 @@ token they say only that; with it, ``/healthz`` adds the version and the session
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
 from typing import Literal
 
 from aiohttp import web
@@ -14,18 +13,8 @@ from pydantic import BaseModel, Field
 
 from server import __version__
 from server.http.auth import presented_token
-from server.state import SESSIONS, SETTINGS, SOURCES
-from server.store.memory import MEMORY
-from server.v1.audio import AUDIO
-from server.v1.chat_service import CHAT_SERVICE
+from server.state import AUDIO, CHAT_SERVICE, MEMORY, SESSIONS, SETTINGS, SOURCES, STARTUP, StartUp
 
-
-@dataclass
-class StartUp:
-    done: bool = False
-
-
-STARTUP = web.AppKey("probes_startup", StartUp)
 ModelState = Literal["loaded", "on_first_use", "off"]
 
 
@@ -103,7 +92,7 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response(text=body.model_dump_json(exclude_none=True), status=200 if ready else 503)
 
 
-def setup_probes(app: web.Application) -> None:
+def mount_probes(app: web.Application) -> None:
     """Call last in the app's set-up: readiness begins when every earlier start-up step has run."""
 
     startup = app[STARTUP] = StartUp()

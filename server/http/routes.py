@@ -1,259 +1,22 @@
-"""HTTP entrypoints: signaling, sessions, sources, health, metrics. One route table feeds both the router and
-``/openapi.json``."""
+"""The app's one route table, gathered from the packages that own the routes (``route_table``): it feeds both
+the router and ``/openapi.json``. Here too: the routes of the HTTP plumbing itself (probes, metrics, this
+document)."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from typing import Any, Literal
-
-from aiohttp import WSMsgType, web
+from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
 
-from pipelines.errors import ApiError
-from pipelines.protocol import MediaCounts, SessionConfig, SessionConfigPatch
-from pipelines.session import handle_client_message
-from server.http.errors import read_json_body
+from server.cluster.routes import CLUSTER_ROUTES, in_cluster_mode
+from server.config import Settings
 from server.http.openapi import build_openapi
 from server.http.probes import Health, Liveness, Readiness, healthz, livez, readyz
 from server.http.route import Route
-from server.media.sessions import SessionRegistry, serialize
-from server.media.sources import (
-    MediaPathError,
-    PathOutsideMediaRoot,
-    SourceManager,
-    SourceRequest,
-    Subscriber,
-)
-from server.state import SESSIONS, SETTINGS, SOURCES, WEBSOCKETS
-
-log = logging.getLogger(__name__)
-
-MAX_SDP_CHARS = 100_000
-
-
-# ---------------------------------------------------------------- bodies (also the OpenAPI schemas)
-
-
-class OfferRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    sdp: str = Field(min_length=1, max_length=MAX_SDP_CHARS)
-    type: Literal["offer"]
-    options: SessionConfigPatch | None = Field(None, description="Per-session settings, e.g. video.target_fps.")
-
-
-class OfferResponse(BaseModel):
-    sdp: str
-    type: Literal["answer"] = "answer"
-    session_id: str
-
-
-class SessionInfo(BaseModel):
-    id: str
-    created_at: float
-    connection_state: str
-    tracks: list[str]
-    config: SessionConfig
-    counts: MediaCounts
-    node: str | None = Field(None, description="Cluster mode: the node the session runs on.")
-
-
-class SourceInfo(BaseModel):
-    id: str
-    kind: Literal["rtsp", "file"]
-    location: str
-    name: str | None
-    state: str
-    state_detail: dict[str, Any]
-    realtime: bool
-    loop: bool
-    created_at: float
-    subscribers: int
-    config: SessionConfig
-    counts: MediaCounts
-    node: str | None = Field(None, description="Cluster mode: the node running the source ('' while none does).")
-
-
-_PARTIAL = "Cluster mode: true when the cluster's Redis cannot be reached and only this node's are listed."
-
-
-class SessionList(BaseModel):
-    sessions: list[SessionInfo]
-    partial: bool = Field(False, description=_PARTIAL)
-
-
-class SourceList(BaseModel):
-    sources: list[SourceInfo]
-    partial: bool = Field(False, description=_PARTIAL)
-
-
-def _json(model: BaseModel, status: int = 200) -> web.Response:
-    return web.json_response(text=model.model_dump_json(), status=status)
-
-
-# ---------------------------------------------------------------- handlers
-
-
-def _sessions(request: web.Request) -> SessionRegistry:
-    return request.app[SESSIONS]
-
-
-def _sources(request: web.Request) -> SourceManager:
-    return request.app[SOURCES]
-
-
-async def offer(request: web.Request) -> web.Response:
-    settings = request.app[SETTINGS]
-    await _sessions(request).admit_offer(request.remote or "unknown")  # before the body is even read
-    body: OfferRequest = await read_json_body(request, OfferRequest)
-    config = settings.session_defaults()
-    if body.options is not None:
-        config = config.merged(body.options)
-    session, answer = await _sessions(request).open(body.sdp, config)
-    return _json(OfferResponse(sdp=answer.sdp, session_id=session.id))
-
-
-async def list_sessions(request: web.Request) -> web.Response:
-    infos = [SessionInfo.model_validate(s.describe()) for s in _sessions(request).sessions.values()]
-    return _json(SessionList(sessions=infos))
-
-
-def _session_or_404(request: web.Request):
-    session = _sessions(request).get(request.match_info["session_id"])
-    if session is None:
-        raise ApiError("not_found", "no such session")
-    return session
-
-
-async def get_session(request: web.Request) -> web.Response:
-    return _json(SessionInfo.model_validate(_session_or_404(request).describe()))
-
-
-async def delete_session(request: web.Request) -> web.Response:
-    session = _session_or_404(request)
-    await _sessions(request).close(session.id)
-    return web.Response(status=204)
-
-
-class Scene(BaseModel):
-    counts: dict[str, int] = Field(description="Objects per label in the last analysed frame.")
-    zones: dict[str, list[int]] = Field(description="Zone name -> track ids inside it now.")
-    lines: dict[str, dict[str, int]] = Field(description="Line name -> crossings {'in': n, 'out': n}.")
-    recent_events: list[dict[str, Any]]
-    pts: float | None
-    ts: float | None
-    last_change_ts: float | None
-    model: str | None
-    summary: str = Field(description="The scene in one paragraph, as the voice loop's LLM sees it.")
-
-
-def _scene(pipeline: Any) -> web.Response:
-    return _json(Scene(**pipeline.scene.as_dict(), summary=pipeline.scene.summary()))
-
-
-async def _apply_config(request: web.Request, pipeline: Any) -> web.Response:
-    patch: SessionConfigPatch = await read_json_body(request, SessionConfigPatch)
-    return _json(pipeline.apply_config(patch))
-
-
-async def get_session_scene(request: web.Request) -> web.Response:
-    return _scene(_session_or_404(request).pipeline)
-
-
-async def set_session_config(request: web.Request) -> web.Response:
-    return await _apply_config(request, _session_or_404(request).pipeline)
-
-
-async def get_source_scene(request: web.Request) -> web.Response:
-    return _scene(_source_or_404(request).pipeline)
-
-
-async def set_source_config(request: web.Request) -> web.Response:
-    return await _apply_config(request, _source_or_404(request).pipeline)
-
-
-async def create_source(request: web.Request) -> web.Response:
-    body: SourceRequest = await read_json_body(request, SourceRequest)
-    try:
-        source = _sources(request).start(body)
-    except PathOutsideMediaRoot as error:
-        raise ApiError("invalid_path", str(error), param="path", kind="forbidden") from None
-    except MediaPathError as error:
-        raise ApiError("invalid_path", str(error), param="path") from None
-    return _json(SourceInfo.model_validate(source.describe()), status=201)
-
-
-async def list_sources(request: web.Request) -> web.Response:
-    infos = [SourceInfo.model_validate(s.describe()) for s in _sources(request).sources.values()]
-    return _json(SourceList(sources=infos))
-
-
-def _source_or_404(request: web.Request):
-    source = _sources(request).get(request.match_info["source_id"])
-    if source is None:
-        raise ApiError("not_found", "no such source")
-    return source
-
-
-async def get_source(request: web.Request) -> web.Response:
-    return _json(SourceInfo.model_validate(_source_or_404(request).describe()))
-
-
-async def delete_source(request: web.Request) -> web.Response:
-    source = _source_or_404(request)
-    await _sources(request).stop(source.id)
-    return web.Response(status=204)
-
-
-async def source_results(request: web.Request) -> web.WebSocketResponse:
-    """The source's messages as WebSocket text frames; client messages (config, ping) are accepted too."""
-    source = _source_or_404(request)
-    settings = request.app[SETTINGS]
-    limit = settings.sources.max_subscribers
-    if len(source.subscribers) >= limit:
-        raise ApiError("too_many_subscribers", f"this source already has {limit} subscribers "
-                       "(sources.max_subscribers)", kind="too_many_requests")  # 429, before the upgrade
-    subscriber = Subscriber(settings.sessions.outbound_queue_messages)
-    subscriber.offer(serialize(source.pipeline.hello_message()))
-    if source.last_state is not None:
-        subscriber.offer(serialize(source.last_state))
-    source.subscribers.add(subscriber)  # before the first await: parallel upgrades cannot overshoot the limit
-    # The frame limit is above the message limit, so an oversized message is answered with an `error` message
-    # (handle_client_message) instead of aiohttp closing the socket with 1009; only far larger frames close it.
-    ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=4 * settings.webrtc.max_message_bytes)
-    try:
-        await ws.prepare(request)
-    except BaseException:
-        source.subscribers.discard(subscriber)
-        raise
-    request.app[WEBSOCKETS].add(ws)
-
-    async def forward() -> None:
-        while True:
-            text = await subscriber.queue.get()
-            if text is None:  # the source was stopped
-                await ws.close(code=1000, message=b"source stopped")
-                return
-            await ws.send_str(text)
-            if subscriber.overflowed and subscriber.queue.empty():
-                await ws.close(code=1008, message=b"slow consumer: message queue full")
-                return
-
-    sender = asyncio.create_task(forward(), name=f"{source.id}:ws")
-    try:
-        async for msg in ws:
-            if msg.type == WSMsgType.TEXT:
-                handle_client_message(source.pipeline, msg.data, settings.webrtc.max_message_bytes,
-                                      reply=lambda m: subscriber.offer(serialize(m)))
-            elif msg.type == WSMsgType.BINARY:
-                subscriber.offer(serialize(source.pipeline.error_message("invalid_message", "send text frames")))
-    finally:
-        source.subscribers.discard(subscriber)
-        request.app[WEBSOCKETS].discard(ws)
-        sender.cancel()
-        await ws.close()
-    return ws
+from server.media.routes import MEDIA_ROUTES
+from server.state import SETTINGS
+from server.store.events import EVENT_ROUTES
+from server.store.memory import MEMORY_ROUTES
+from server.v1.routes import v1_routes
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -261,44 +24,10 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    from server.store.events import event_routes
-    from server.store.memory import memory_routes
-
-    registered = {(route.method, route.resource.canonical) for route in request.app.router.routes()
-                  if route.resource is not None}
-    documented = [route for route in v1_routes() if (route.method, route.path) in registered]  # as configured
-    return web.json_response(build_openapi([*ROUTES, *event_routes(), *memory_routes(), *documented]))
+    return web.json_response(build_openapi(route_table(request.app[SETTINGS])))
 
 
-# ---------------------------------------------------------------- the route table
-
-
-ROUTES: tuple[Route, ...] = (
-    Route("POST", "/offer", offer, "Answer a WebRTC offer and open a session", OfferRequest, OfferResponse,
-          errors=(400, 401, 413, 415, 422, 429)),
-    Route("GET", "/api/sessions", list_sessions, "List sessions", response=SessionList, errors=(401,)),
-    Route("GET", "/api/sessions/{session_id}", get_session, "One session", response=SessionInfo,
-          errors=(401, 404)),
-    Route("DELETE", "/api/sessions/{session_id}", delete_session, "Close a session and free what it held",
-          status=204, errors=(401, 404)),
-    Route("GET", "/api/sessions/{session_id}/scene", get_session_scene, "What the session's camera sees now",
-          response=Scene, errors=(401, 404)),
-    Route("POST", "/api/sessions/{session_id}/config", set_session_config,
-          "Change the session's config at run time (e.g. video.target_fps, zones, lines)", SessionConfigPatch,
-          SessionConfig, errors=(401, 404, 413, 415, 422)),
-    Route("POST", "/api/sources", create_source, "Start a server-side source (RTSP URL or media file)",
-          SourceRequest, SourceInfo, status=201, errors=(400, 401, 403, 413, 415, 422, 429)),
-    Route("GET", "/api/sources", list_sources, "List server-side sources", response=SourceList,
-          errors=(401,)),
-    Route("GET", "/api/sources/{source_id}", get_source, "One source", response=SourceInfo, errors=(401, 404)),
-    Route("DELETE", "/api/sources/{source_id}", delete_source, "Stop a source (in any state)", status=204,
-          errors=(401, 404)),
-    Route("GET", "/api/sources/{source_id}/scene", get_source_scene, "What the source's camera sees now",
-          response=Scene, errors=(401, 404)),
-    Route("POST", "/api/sources/{source_id}/config", set_source_config, "Change the source's config at run time",
-          SessionConfigPatch, SessionConfig, errors=(401, 404, 413, 415, 422)),
-    Route("GET", "/api/sources/{source_id}/results", source_results,
-          "WebSocket: the source's protocol messages (upgrade required)", status=101, errors=(401, 404, 429)),
+HTTP_ROUTES: tuple[Route, ...] = (
     Route("GET", "/healthz", healthz, "Liveness probe (no token); with the token also version, sessions, sources",
           response=Health),
     Route("GET", "/livez", livez, "Liveness probe (no token; reveals nothing)", response=Liveness),
@@ -309,36 +38,11 @@ ROUTES: tuple[Route, ...] = (
 )
 
 
-def v1_routes() -> tuple[Route, ...]:
-    """The OpenAI-compatible ``/v1`` endpoints, for ``/openapi.json`` only: ``server.v1.chat`` and
-    ``server.v1.audio`` register them (when enabled), behind the /v1 ingress (API keys, rate limit)."""
-    from server.v1 import audio as audio_api  # deferred: they import the serving and batch pipelines
-    from server.v1 import chat as openai_api
-
-    v1_errors = (400, 401, 404, 413, 429, 503)
-    job = "/v1/audio/transcriptions/jobs/{job_id}"
-    return (
-        Route("POST", "/v1/chat/completions", openai_api.chat_completions,
-              "Chat completion in OpenAI's shape (Server-Sent Events with stream: true)",
-              openai_api.ChatCompletionBody, errors=v1_errors),
-        Route("GET", "/v1/models", openai_api.list_models, "The served chat models", errors=(401, 429)),
-        Route("GET", "/v1/models/{model}", openai_api.get_model, "One served chat model", errors=(401, 404, 429)),
-        Route("POST", "/v1/audio/transcriptions", audio_api.create_transcription,
-              "Transcribe a short audio file (OpenAI's shape)", errors=v1_errors,
-              form_fields=tuple(sorted(audio_api.TRANSCRIPTION_FIELDS))),
-        Route("POST", "/v1/audio/transcriptions/jobs", audio_api.create_transcription_job,
-              "Queue a long audio file as a persisted batch transcription job", status=202, errors=v1_errors,
-              form_fields=tuple(sorted(audio_api.JOB_FIELDS))),
-        Route("GET", "/v1/audio/transcriptions/jobs", audio_api.list_transcription_jobs, "List transcription jobs",
-              errors=(400, 401, 429, 503)),
-        Route("GET", job, audio_api.get_transcription_job, "A transcription job's status and progress",
-              errors=(401, 404, 429)),
-        Route("GET", job + "/result", audio_api.get_transcription_job_result, "A finished job's transcript",
-              errors=(400, 401, 404, 409, 429)),
-        Route("POST", job + "/cancel", audio_api.cancel_transcription_job, "Cancel a transcription job",
-              errors=(401, 404, 409, 429)),
-        Route("DELETE", job, audio_api.delete_transcription_job, "Delete a transcription job and its result",
-              errors=(401, 404, 409, 429)),
-        Route("POST", "/v1/audio/speech", audio_api.create_speech, "Synthesise speech (OpenAI's shape)",
-              audio_api.SpeechRequest, errors=v1_errors, content_type="application/octet-stream"),
-    )
+def route_table(settings: Settings) -> tuple[Route, ...]:
+    """Every route the app serves, as configured: live media's (in cluster mode with the cluster's answers for
+    the whole cluster, and ``/api/cluster/*``), the probes, metrics and this document, the events timeline,
+    memory, and the enabled ``/v1`` endpoints."""
+    media = MEDIA_ROUTES
+    if settings.cluster.redis_url is not None:
+        media = (*in_cluster_mode(media), *CLUSTER_ROUTES)
+    return (*media, *HTTP_ROUTES, *EVENT_ROUTES, *MEMORY_ROUTES, *v1_routes(settings))

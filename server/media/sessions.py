@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 RESULTS_LABEL = "results"
 
-# Makes a session's or source's timeline recorder, given (origin, name); set by server.store.events.
+# Makes a session's or source's timeline recorder, given (origin, name): server.store.events.recorder_factory.
 TimelineFactory = Callable[[str, str | None], TimelineSink]
 
 
@@ -169,13 +169,14 @@ class WebRTCSession:
 
 
 class SessionRegistry:
-    def __init__(self, settings: Settings, analyzers: Analyzers | None = None) -> None:
+    def __init__(self, settings: Settings, analyzers: Analyzers | None = None,
+                 timeline: TimelineFactory | None = None) -> None:
         self.settings = settings
         self.analyzers = analyzers or Analyzers()
         self.sessions: dict[str, WebRTCSession] = {}
         self._reserved = 0
         self._offer_rate = InProcessRateLimiter()
-        self.timeline: TimelineFactory | None = None
+        self.timeline = timeline
         self.load = LoopLoadMonitor()
         self.heap = HeapTrimmer()  # hands an ended session's freed pages back to the OS
 

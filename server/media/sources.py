@@ -137,11 +137,12 @@ class ManagedSource:
 
 
 class SourceManager:
-    def __init__(self, settings: Settings, analyzers: Analyzers | None = None) -> None:
+    def __init__(self, settings: Settings, analyzers: Analyzers | None = None,
+                 timeline: TimelineFactory | None = None) -> None:
         self.settings = settings
         self.analyzers = analyzers or Analyzers()
         self.sources: dict[str, ManagedSource] = {}
-        self.timeline: TimelineFactory | None = None
+        self.timeline = timeline
         # Called with (source id, new state) on every state change (the cluster republishes its listing then).
         self.state_listeners: list[Callable[[str, SourceState], None]] = []
 

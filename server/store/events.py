@@ -8,6 +8,7 @@ import math
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,9 +20,10 @@ from pipelines.timeline.recorder import AppearRule, RecorderSettings, TimelineRe
 from pipelines.timeline.store import ENTRY_KINDS, StorageUnavailable, TimelineEntry, TimelineStore
 from server.config import Settings
 from server.http.errors import ApiError
-from server.state import SESSIONS, SOURCES
+from server.http.route import Route
+from server.media.sessions import TimelineFactory
+from server.state import TIMELINE
 
-TIMELINE = web.AppKey("timeline", TimelineStore)
 MAX_PAGE = 500
 
 
@@ -203,22 +205,19 @@ async def delete_event(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-def event_routes() -> tuple[Any, ...]:
-    from server.http.route import Route
-
-    one = "/api/events/{event_id}"
-    return (
-        Route("GET", "/api/events", list_events,
-              "The timeline, newest first (?source=&session=&name=&kind=&since=&until=&limit=&cursor=)",
-              response=EventList, errors=(400, 401, 404, 503)),
-        Route("GET", one, get_event, "One stored event", response=EventInfo, errors=(401, 404, 503)),
-        Route("GET", one + "/clip.mp4", get_event_clip, "The event's MP4 clip (HTTP range requests: 206)",
-              errors=(401, 404, 416, 503), content_type="video/mp4"),
-        Route("GET", one + "/snapshot.jpg", get_event_snapshot, "The event frame with its boxes drawn (JPEG)",
-              errors=(401, 404, 416, 503), content_type="image/jpeg"),
-        Route("DELETE", one, delete_event, "Delete a stored event, its snapshot and (unless shared) its clip",
-              status=204, errors=(401, 404, 503)),
-    )
+_ONE = "/api/events/{event_id}"
+EVENT_ROUTES: tuple[Route, ...] = (
+    Route("GET", "/api/events", list_events,
+          "The timeline, newest first (?source=&session=&name=&kind=&since=&until=&limit=&cursor=)",
+          response=EventList, errors=(400, 401, 404, 503)),
+    Route("GET", _ONE, get_event, "One stored event", response=EventInfo, errors=(401, 404, 503)),
+    Route("GET", _ONE + "/clip.mp4", get_event_clip, "The event's MP4 clip (HTTP range requests: 206)",
+          errors=(401, 404, 416, 503), content_type="video/mp4"),
+    Route("GET", _ONE + "/snapshot.jpg", get_event_snapshot, "The event frame with its boxes drawn (JPEG)",
+          errors=(401, 404, 416, 503), content_type="image/jpeg"),
+    Route("DELETE", _ONE, delete_event, "Delete a stored event, its snapshot and (unless shared) its clip",
+          status=204, errors=(401, 404, 503)),
+)
 
 
 # ---------------------------------------------------------------- wiring
@@ -235,7 +234,7 @@ def open_timeline(settings: Settings) -> TimelineStore:
     return store
 
 
-def recorder_factory(settings: Settings, store: TimelineStore, executor: ThreadPoolExecutor):
+def recorder_factory(settings: Settings, store: TimelineStore, executor: ThreadPoolExecutor) -> TimelineFactory:
     config = settings.storage
     recorder_settings = RecorderSettings(
         clips=config.clips and config.enabled, pre_s=config.pre_s, post_s=config.post_s, max_s=config.max_s,
@@ -250,24 +249,35 @@ def recorder_factory(settings: Settings, store: TimelineStore, executor: ThreadP
     return make
 
 
-def setup_events_api(app: web.Application, settings: Settings) -> None:
-    """Open the timeline store and give every new session and source a recorder (alerts and 'object appeared'
-    events work with storage off too); register /api/events."""
-    for route in event_routes():
-        app.router.add_route(route.method, route.path, route.handler)
+@dataclass
+class Timeline:
+    """The timeline service: the store (opened with ``storage.enabled``; otherwise never opened, and recorders
+    still raise 'object appeared' events and alerts) and the recorder factory every session and source gets."""
+
+    store: TimelineStore
+    stored: bool
+    recorders: TimelineFactory
+    executor: ThreadPoolExecutor
+
+    async def close(self) -> None:
+        # After sessions and sources closed (on_shutdown): their last clips are written by now.
+        await asyncio.to_thread(self.executor.shutdown, True)
+        await asyncio.to_thread(self.store.close)
+
+
+def build_timeline(settings: Settings) -> Timeline:
     executor = ThreadPoolExecutor(2, thread_name_prefix="vigil-clips")
     if settings.storage.enabled:
         store = open_timeline(settings)
-        app[TIMELINE] = store
     else:  # never opened: nothing is stored, but recorders still raise 'object appeared' events and alerts
         store = TimelineStore(settings.storage.data_dir, max_age_s=0, quota_bytes=0)
-    factory = recorder_factory(settings, store, executor)
-    app[SESSIONS].timeline = factory
-    app[SOURCES].timeline = factory
+    return Timeline(store, settings.storage.enabled, recorder_factory(settings, store, executor), executor)
+
+
+def mount_events(app: web.Application, timeline: Timeline) -> None:
+    """The timeline closed on the app's cleanup."""
 
     async def close(app: web.Application) -> None:
-        # After sessions and sources closed (on_shutdown): their last clips are written by now.
-        await asyncio.to_thread(executor.shutdown, True)
-        await asyncio.to_thread(store.close)
+        await timeline.close()
 
     app.on_cleanup.append(close)

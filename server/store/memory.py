@@ -25,17 +25,17 @@ from pipelines.memory.lance_vectors import LanceVectors
 from pipelines.memory.recall import MemoryRecall
 from pipelines.memory.vectors import MilvusVectors
 from pipelines.serving.chat import ChatInput
+from pipelines.timeline.store import TimelineStore
 from server.config import Settings
-from server.engines import ENGINES
+from server.engines import Engines
 from server.http.errors import ApiError, read_body, validate_json
+from server.http.route import Route
 from server.media.sessions import Analyzers
-from server.state import SETTINGS
-from server.store.events import TIMELINE
+from server.state import MEMORY, MEMORY_CATCH_UP, SETTINGS
+from server.v1.chat_service import DocumentRetriever
 
 log = logging.getLogger(__name__)
 
-MEMORY = web.AppKey("memory", MemoryIndex)
-MEMORY_CATCH_UP = web.AppKey("memory_catch_up", asyncio.Task)  # indexing what the last run missed (start-up)
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 SEARCH_PARAMS = frozenset({"q", "source", "session", "kind", "since", "until", "limit", "mode"})
 MODES: tuple[SearchMode, ...] = ("hybrid", "keyword", "vector")
@@ -63,38 +63,48 @@ def open_vectors(settings: Settings, dimension: int) -> VectorIndex:
     return MilvusVectors(config.uri, config.collection, dimension, token=token)
 
 
-def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers) -> MemoryIndex | None:
-    """Routes always (disabled: 503); with memory enabled, the timeline feed, the voice recall and the chat
-    collections. Call it after ``setup_events_api`` (it opens the timeline store)."""
-    for route in memory_routes():
-        app.router.add_route(route.method, route.path, route.handler)
-    config = settings.memory
-    if not config.enabled:
+def build_memory(settings: Settings, engines: Engines) -> MemoryIndex | None:
+    """The app's memory index (``memory.enabled``), embedding with the app's MiniLM."""
+    return build_index(settings, engines.embedder) if settings.memory.enabled else None
+
+
+def with_recall(settings: Settings, analyzers: Analyzers, index: MemoryIndex | None) -> Analyzers:
+    """The session analysers whose voice loops recall from memory (``memory.voice``): new ones; the engines'
+    own stay as they were built."""
+    config = settings.memory.voice
+    if index is None or not config.enabled or analyzers.audio is None:
+        return analyzers
+    make_audio = analyzers.audio
+    recall = MemoryRecall(index, max_entries=config.max_entries, max_tokens=config.max_tokens,
+                          timeout_s=config.timeout_s)
+
+    def audio_with_recall(origin: str) -> Any:
+        analyzer = make_audio(origin)
+        if hasattr(analyzer, "context_provider"):
+            analyzer.context_provider = recall  # the loop this factory just made, before anyone uses it
+        return analyzer
+
+    return dataclasses.replace(analyzers, audio=audio_with_recall)
+
+
+def document_retriever(settings: Settings, index: MemoryIndex | None) -> DocumentRetriever | None:
+    """What the chat service asks for a request's documents (``collection``), when memory is on."""
+    if index is None:
         return None
-    index = build_index(settings, app[ENGINES].embedder)
-    app[MEMORY] = index
+    return lambda raw, chat: chat_documents(index, settings, raw, chat)
 
-    if config.voice.enabled and analyzers.audio is not None:
-        make_audio = analyzers.audio
-        recall = MemoryRecall(index, max_entries=config.voice.max_entries, max_tokens=config.voice.max_tokens,
-                              timeout_s=config.voice.timeout_s)
 
-        def audio_with_recall(origin: str) -> Any:
-            analyzer = make_audio(origin)
-            if hasattr(analyzer, "context_provider"):
-                analyzer.context_provider = recall
-            return analyzer
-
-        analyzers.audio = audio_with_recall
-
-    from server.v1.chat_service import CHAT_SERVICE
-
-    if CHAT_SERVICE in app:
-        app[CHAT_SERVICE].document_retriever = lambda raw, chat: chat_documents(index, settings, raw, chat)
+def mount_memory(app: web.Application, settings: Settings, index: MemoryIndex | None,
+                 timeline: TimelineStore | None) -> None:
+    """With memory enabled, the index fed by the timeline (``timeline``: the stored one, None with storage off)
+    from start-up, and closed on cleanup. (Its routes are in the table always: disabled, they answer 503.)"""
+    if index is None:
+        return
+    config = settings.memory
 
     async def start(app: web.Application) -> None:
         index.start()
-        store = app.get(TIMELINE)
+        store = timeline
         if store is None or not store.available:
             why = "storage.enabled is false" if store is None else store.open_error
             log.warning("memory: %s, so nothing sessions and sources see or hear is recorded to index; "
@@ -124,7 +134,6 @@ def setup_memory(app: web.Application, settings: Settings, analyzers: Analyzers)
 
     app.on_startup.append(start)
     app.on_cleanup.append(close)
-    return index
 
 
 def _log_catch_up_failure(task: asyncio.Task[int]) -> None:
@@ -390,21 +399,20 @@ async def chat_documents(index: MemoryIndex, settings: Settings, raw: dict[str, 
 # ---------------------------------------------------------------- routes (also in /openapi.json)
 
 
-def memory_routes() -> tuple[Any, ...]:
-    from server.http.route import Route
+_ERRORS = (400, 401, 413, 503)
+MEMORY_ROUTES: tuple[Route, ...] = (
+    Route("GET", "/api/search", search, "Search memory: hybrid keyword + vector, fused by reciprocal rank; "
+          "query parameters q, source, session, kind, since, until, limit, mode", response=SearchResponse,
+          errors=_ERRORS),
+    Route("POST", "/api/collections/{collection}/documents", add_document,
+          "Add a document (JSON {name, text, format}, or a text/plain or text/markdown body) to a collection",
+          DocumentBody, DocumentInfo, status=201, errors=(*_ERRORS, 415, 422)),
+    Route("GET", "/api/collections/{collection}/documents", list_documents, "A collection's documents",
+          response=DocumentList, errors=(400, 401, 503)),
+    Route("GET", "/api/collections/{collection}/documents/{document_id}", get_document,
+          "A document and its chunks", response=DocumentDetail, errors=(400, 401, 404, 503)),
+    Route("DELETE", "/api/collections/{collection}/documents/{document_id}", delete_document,
+          "Delete a document and its chunks", status=204, errors=(400, 401, 404, 503)),
+)
 
-    errors = (400, 401, 413, 503)
-    return (
-        Route("GET", "/api/search", search, "Search memory: hybrid keyword + vector, fused by reciprocal rank; "
-              "query parameters q, source, session, kind, since, until, limit, mode", response=SearchResponse,
-              errors=errors),
-        Route("POST", "/api/collections/{collection}/documents", add_document,
-              "Add a document (JSON {name, text, format}, or a text/plain or text/markdown body) to a collection",
-              DocumentBody, DocumentInfo, status=201, errors=(*errors, 415, 422)),
-        Route("GET", "/api/collections/{collection}/documents", list_documents, "A collection's documents",
-              response=DocumentList, errors=(400, 401, 503)),
-        Route("GET", "/api/collections/{collection}/documents/{document_id}", get_document,
-              "A document and its chunks", response=DocumentDetail, errors=(400, 401, 404, 503)),
-        Route("DELETE", "/api/collections/{collection}/documents/{document_id}", delete_document,
-              "Delete a document and its chunks", status=204, errors=(400, 401, 404, 503)),
-    )
+

@@ -21,16 +21,18 @@ from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.batch.decode import AudioDecodeError, AudioTooLong
-from pipelines.batch.engine import EngineBusy, TranscriptionEngine
+from pipelines.batch.engine import EngineBusy
 from pipelines.batch.formats import CONTENT_TYPES, RESPONSE_FORMATS, Transcript, as_json, as_text
-from pipelines.batch.jobs import JobQueue, JobStoreInUse, JobStoreUnavailable, QueueFull
+from pipelines.batch.jobs import JobQueue, QueueFull
 from pipelines.batch.store import JobRecord
 from pipelines.errors import ApiError, parse_number
 from pipelines.speech import CONTENT_TYPES as SPEECH_CONTENT_TYPES
-from pipelines.speech import SpeechBusy, SpeechSynthesizer
+from pipelines.speech import SpeechBusy
 from server.config import Settings
 from server.engines import Engines
 from server.http.errors import parser_error_reason, read_json_body
+from server.state import AUDIO
+from server.v1.audio_services import AudioServices
 from server.v1.ingress import MULTIPART_FIELD_BYTES as MAX_FIELD_BYTES
 
 log = logging.getLogger(__name__)
@@ -43,68 +45,6 @@ JOB_FIELDS = frozenset({"file", "model", "language", "prompt"})
 
 def _busy(message: str) -> ApiError:
     return ApiError("server_busy", f"{message}; retry later", retry_after_s=RETRY_AFTER_S)
-
-
-# ---------------------------------------------------------------- the app's audio services
-
-
-@dataclass
-class AudioServices:
-    settings: Settings
-    engine: TranscriptionEngine
-    jobs: JobQueue
-    _jobs_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    _speech: SpeechSynthesizer | None = None
-    _speech_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    engines: Engines | None = None
-
-    @classmethod
-    def from_settings(cls, settings: Settings, engines: Engines) -> AudioServices:
-        config = settings.transcription
-        # The model loads on first use (on the engine's thread), not at start-up.
-        engine = TranscriptionEngine(engines.batch_stt, job_threads=config.workers,
-                                     batch_size=config.batch_size, max_chunk_s=config.max_chunk_s,
-                                     max_cue_s=config.max_cue_s, max_pending_requests=config.max_pending_requests,
-                                     nice=config.nice)
-        jobs = JobQueue(config.data_dir, engine, workers=config.workers, max_active_jobs=config.max_active_jobs,
-                        max_attempts=config.max_attempts, max_audio_s=config.max_job_audio_s)
-        return cls(settings, engine, jobs, engines=engines)
-
-    async def started_jobs(self) -> JobQueue:
-        """The job queue, opened (and its workers started) on first use. Raises ApiError (job_store_in_use) if another
-        process holds its data directory."""
-        async with self._jobs_lock:
-            if not self.jobs.started:
-                try:
-                    await self.jobs.start()
-                except JobStoreInUse as in_use:
-                    raise ApiError("job_store_in_use", str(in_use)) from None
-                except JobStoreUnavailable as unavailable:
-                    log.error("%s", unavailable)
-                    raise ApiError("job_store_unavailable", str(unavailable)) from None
-            return self.jobs
-
-    @property
-    def speech_loaded(self) -> bool:
-        return self._speech is not None
-
-    async def speech(self) -> SpeechSynthesizer:
-        async with self._speech_lock:
-            if self._speech is None:
-                assert self.engines is not None
-                tts = await asyncio.to_thread(self.engines.tts)
-                self._speech = SpeechSynthesizer(tts, self.settings.speech.max_pending_requests)
-            return self._speech
-
-    async def close(self) -> None:
-        await self.jobs.close()
-        self.engine.close()
-        if self._speech is not None:
-            self._speech.close()
-
-
-AUDIO = web.AppKey("audio", AudioServices)
 
 
 # ---------------------------------------------------------------- multipart uploads
@@ -452,22 +392,17 @@ async def create_speech(request: web.Request) -> web.StreamResponse:
 # ---------------------------------------------------------------- wiring
 
 
-def setup_audio_api(app: web.Application, settings: Settings, engines: Engines) -> None:
-    """Add the audio routes and their services to ``app`` (models load on first use)."""
+def build_audio(settings: Settings, engines: Engines) -> AudioServices | None:
+    """The audio services, when transcription or speech is enabled (models load on first use)."""
     if not (settings.transcription.enabled or settings.speech.enabled):
+        return None
+    return AudioServices.from_settings(settings, engines)
+
+
+def mount_audio(app: web.Application, settings: Settings, services: AudioServices | None) -> None:
+    """Jobs resumed on start-up, the services closed on shutdown. (The routes: ``server.v1.routes``.)"""
+    if services is None:
         return
-    services = AudioServices.from_settings(settings, engines)
-    app[AUDIO] = services
-    if settings.transcription.enabled:
-        app.router.add_post("/v1/audio/transcriptions", create_transcription)
-        app.router.add_post("/v1/audio/transcriptions/jobs", create_transcription_job)
-        app.router.add_get("/v1/audio/transcriptions/jobs", list_transcription_jobs)
-        app.router.add_get("/v1/audio/transcriptions/jobs/{job_id}", get_transcription_job)
-        app.router.add_get("/v1/audio/transcriptions/jobs/{job_id}/result", get_transcription_job_result)
-        app.router.add_post("/v1/audio/transcriptions/jobs/{job_id}/cancel", cancel_transcription_job)
-        app.router.add_delete("/v1/audio/transcriptions/jobs/{job_id}", delete_transcription_job)
-    if settings.speech.enabled:
-        app.router.add_post("/v1/audio/speech", create_speech)
 
     async def resume_jobs(app: web.Application) -> None:
         # Jobs left by the last run (even a killed one) continue now, without waiting for a request.

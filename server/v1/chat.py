@@ -27,15 +27,14 @@ from pipelines.serving.chat import ChatDelta, ChatEnd, ChatInput, ChatPipeline, 
 from pipelines.serving.prompt import PromptTooLong
 from pipelines.serving.telemetry import CHAT_REQUESTS, StageTimer
 from server.config import Settings
-from server.engines import Engines
 from server.http.errors import openai_error_body, read_json_body
+from server.state import CHAT_SERVICE, DISCONNECTS
 from server.v1.chat_request import ChatCompletionBody
-from server.v1.chat_service import CHAT_SERVICE, ChatService, chat_error, collect
+from server.v1.chat_service import ChatService, chat_error, collect
 from server.v1.disconnects import ClientDisconnected, DisconnectWatcher
 from server.v1.ingress import STAGE_TIMER
 from server.v1.sse import SSE_DONE, sse_event
 
-DISCONNECTS = web.AppKey("chat_disconnects", DisconnectWatcher)
 DOCUMENT_SOURCES = web.RequestKey("vigil_document_sources", list)  # chunks retrieved from a collection
 
 
@@ -213,15 +212,9 @@ def _model_card(api: ChatService, model: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- wiring
 
 
-def setup_openai_api(app: web.Application, settings: Settings, redis: Any, engines: Engines) -> ChatService:
-    """The chat service and, when ``api.chat``, its routes (behind the /v1 ingress the app installs)."""
-    api = ChatService(settings, engines, redis)
-    app[CHAT_SERVICE] = api
-    disconnects = app[DISCONNECTS] = DisconnectWatcher(settings.api.disconnect_poll_s)
-    if settings.api.chat:
-        app.router.add_post("/v1/chat/completions", chat_completions)
-        app.router.add_get("/v1/models", list_models)
-        app.router.add_get("/v1/models/{model}", get_model)
+def mount_chat(app: web.Application, settings: Settings, api: ChatService, disconnects: DisconnectWatcher) -> None:
+    """The chat service preloaded on start-up (``api.chat`` and ``api.preload``); the disconnect watcher closed on
+    cleanup. (The routes: ``server.v1.routes``.)"""
 
     async def preload(app: web.Application) -> None:
         if settings.api.chat and settings.api.preload:
@@ -232,4 +225,3 @@ def setup_openai_api(app: web.Application, settings: Settings, redis: Any, engin
 
     app.on_startup.append(preload)
     app.on_cleanup.append(close)
-    return api

@@ -9,8 +9,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
-from aiohttp import web
-
 from models.embeddings import TextEmbedder
 from models.llm import LanguageModel, LlmRequestError, LlmUnavailable
 from models.packaged import ModelNotAvailable
@@ -29,13 +27,17 @@ from server.config import Settings
 from server.engines import Engines
 from server.v1.chat_request import ChatCompletionBody, validate_chat
 
+# (raw body, chat) -> (chat with retrieved documents, their sources)
+DocumentRetriever = Callable[[dict[str, Any], ChatInput], Awaitable[tuple[ChatInput, list[dict[str, Any]]]]]
+
 
 class ChatService:
     """The chat pipeline (cache, prompt fitting, LLM, content filter; built on first use or at start-up with
     ``api.preload``), the models it serves and the in-flight limit: shared by ``/v1/chat/completions`` and gRPC
     ``Predict``/``StreamPredict``, so both apply the same limits, cache and filter."""
 
-    def __init__(self, settings: Settings, engines: Engines, redis: Any = None) -> None:
+    def __init__(self, settings: Settings, engines: Engines, redis: Any = None,
+                 document_retriever: DocumentRetriever | None = None) -> None:
         self.settings = settings
         self.engines = engines
         self.redis = redis  # the app's (server.v1.shared_redis); None: in-process caches
@@ -44,10 +46,7 @@ class ChatService:
         self._pipeline: ChatPipeline | None = None
         self._loading = asyncio.Lock()
         self._llm_for_test: LanguageModel | None = None
-        # (raw body, chat) -> (chat with retrieved documents, their sources): a document collection
-        # (server/store/memory.py)
-        self.document_retriever: Callable[[dict[str, Any], ChatInput],
-                                          Awaitable[tuple[ChatInput, list[dict[str, Any]]]]] | None = None
+        self.document_retriever = document_retriever  # a request's document collection (server/store/memory.py)
 
     def served_models(self) -> list[str]:
         """Model ids clients may ask for. With the router's upstreams: the union of the models each upstream is
@@ -166,7 +165,4 @@ async def collect(events: AsyncIterator[ChatDelta | ChatEnd]) -> tuple[str, list
             else:
                 return "".join(pieces), token_logprobs, event
     raise LlmUnavailable("the answer ended without a finish")
-
-
-CHAT_SERVICE = web.AppKey("chat_service", ChatService)
 

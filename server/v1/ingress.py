@@ -131,16 +131,10 @@ class V1Ingress:
         await self.limiter.close()
 
 
-V1_INGRESS = web.AppKey("v1_ingress", V1Ingress)
-
-
-def setup_v1_ingress(app: web.Application, settings: Settings, redis: Any = None) -> V1Ingress:
-    ingress = V1Ingress(settings, redis)
-    app[V1_INGRESS] = ingress
+def mount_v1_ingress(app: web.Application, ingress: V1Ingress) -> None:
     app.middlewares.append(ingress.middleware())
 
     async def close(app: web.Application) -> None:
         await ingress.close()
 
     app.on_cleanup.append(close)
-    return ingress

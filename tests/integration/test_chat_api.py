@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from models.llm import EmbeddedLlm
-from server.v1.chat_service import CHAT_SERVICE
+from server.state import CHAT_SERVICE
 from tests.support.llm_server import LlmServer
 from tests.support.ports import free_port
 from tests.support.redis_server import RedisServer

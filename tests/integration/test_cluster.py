@@ -275,3 +275,16 @@ async def test_sessions_are_listed_cluster_wide_and_stay_where_they_were_answere
             assert {"cpu", "analysed_fps", "sources"} <= nodes["a"]["load"].keys()
     finally:
         await client.close()
+
+
+async def test_openapi_documents_the_cluster_routes_a_node_serves(start_nodes):
+    (a,) = await start_nodes("a")
+    async with aiohttp.ClientSession() as http:
+        document = await get_json(http, f"{a.url}/openapi.json")
+        paths = document["paths"]
+        assert {"/api/cluster/nodes", "/api/cluster/drain"} <= paths.keys()
+        assert "get" in paths["/api/cluster/nodes"] and "post" in paths["/api/cluster/drain"]
+        # the source and session endpoints the cluster answers are documented once, as before
+        assert {"/api/sources", "/api/sessions", "/api/sources/{source_id}"} <= paths.keys()
+        nodes = await get_json(http, f"{a.url}/api/cluster/nodes")
+        assert [n["id"] for n in nodes["nodes"]] == ["a"] and nodes["nodes"][0]["self"] is True

@@ -21,8 +21,7 @@ import numpy as np
 
 from pipelines.timeline.media import encode_clip
 from pipelines.timeline.store import CRASH_CLIP_ERROR, TimelineEntry, TimelineStore
-from server.store.events import TIMELINE
-from server.store.memory import MEMORY, MEMORY_CATCH_UP
+from server.state import MEMORY, MEMORY_CATCH_UP, TIMELINE
 
 
 def _store(data_dir: Path) -> TimelineStore:

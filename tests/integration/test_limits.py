@@ -20,9 +20,7 @@ import pytest
 from server.cli.client import VigilClient, VigilError
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
-from server.grpc_api.service import GRPC_SERVER
-from server.v1.audio import AUDIO
-from server.v1.chat_service import CHAT_SERVICE
+from server.state import AUDIO, CHAT_SERVICE, GRPC_SERVER
 from tests.integration.test_batch_jobs import LONG_SENTENCES
 from tests.support.held_models import HeldModelForTest
 from tests.support.scripted_llm import ScriptedLlmForTest
@@ -406,7 +404,7 @@ async def test_parallel_conversations_never_exceed_max_conversations(vigil):
 
 
 async def test_parallel_searches_beyond_the_queue_are_refused_with_retry_after(vigil, tmp_path: Path):
-    from server.store.memory import MEMORY
+    from server.state import MEMORY
 
     memory = {"enabled": True, "data_dir": str(tmp_path / "memory"), "search_workers": 1, "search_queue_max": 2,
               "search_retry_after_s": 2}

@@ -14,8 +14,7 @@ import pytest
 
 from pipelines.memory.entries import MemoryEntry
 from pipelines.timeline.store import TimelineEntry
-from server.store.events import TIMELINE
-from server.store.memory import MEMORY
+from server.state import MEMORY, TIMELINE
 from tests.integration.test_voice_loop import VOICE, VoiceCall, _session_loop
 from tests.support.audio import silence, speech
 from tests.support.media import sliding_person

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel
 
 from server.config import Settings, load_settings
-from server.http.routes import ROUTES
+from server.http.routes import route_table
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 READYZ = "/readyz"  # the readiness endpoint (issue 12 adds it beside /healthz)
@@ -62,7 +62,7 @@ def _load_with_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, config_text:
 
 
 def _routes() -> set[str]:
-    return {route.path for route in ROUTES if route.method == "GET"}
+    return {route.path for route in route_table(load_settings(None)) if route.method == "GET"}
 
 
 def test_every_deploy_file_parses():
