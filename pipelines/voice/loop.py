@@ -29,7 +29,7 @@ import av
 import numpy as np
 
 from models.llm import ChatMessage, LanguageModel, LlmRequest, LlmUnavailable
-from models.tts import TextToSpeech, split_first_clause, split_sentences
+from models.tts import TextToSpeech
 from models.turn import TurnDetector
 from models.vad import SileroVadModel, VadStream
 from pipelines import telemetry
@@ -45,16 +45,19 @@ from pipelines.voice.endpointing import (
 )
 from pipelines.voice.replies import (
     ReplyGuard,
+    about_scene,
     acknowledge,
     asks_for_reminders,
     has_video,
     recite,
     reminder_request,
     session_prompt,
+    without_camera,
 )
+from pipelines.voice.sentences import split_first_clause, split_sentences
 
 if TYPE_CHECKING:
-    from models.stt import WhisperStt
+    from models.stt.whisper import WhisperStt
     from pipelines.session import SessionPipeline
 
 log = logging.getLogger(__name__)
@@ -599,7 +602,9 @@ class VoiceLoop:
         if self.context_provider is not None:
             context = await self.context_provider(text, list(self._memory))
             if context is not None:
-                system += "\n\n" + context.text
+                # Remembered camera entries (other sessions' cameras) only when the question is about what was
+                # seen: otherwise they lead a small model to speak of a camera this session does not have.
+                system += "\n\n" + (context.text if video or about_scene(text) else without_camera(context.text))
                 if turn is not None:
                     turn.metrics.update(context.metrics)
         messages = [ChatMessage("system", system), *self._memory, ChatMessage("user", text)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from models.tts import split_sentences
+from pipelines.voice.sentences import split_sentences
 
 # Questions the camera can answer: what is seen, who is where, what happened in view.
 _SCENE = re.compile(
@@ -34,6 +34,7 @@ _RECALL_REMINDERS = re.compile(
 _FIRST_TO_SECOND = {"me": "you", "my": "your", "mine": "yours", "i": "you", "i'm": "you're", "myself": "yourself",
                     "am": "are", "i've": "you've", "i'll": "you'll"}
 _SENTENCE_KEY = re.compile(r"[^a-z0-9 ]")
+_CAMERA_ENTRY = re.compile(r"^- .*\), (the camera saw|the camera's view):")
 
 
 def has_video(tracks: list[str]) -> bool:
@@ -87,6 +88,11 @@ def session_prompt(base: str, *, video: bool, scene: str | None, question: str) 
         if scene is not None and about_scene(question):
             parts.append("What the camera sees right now: " + scene)
     return "\n\n".join(parts)
+
+
+def without_camera(context: str) -> str:
+    """Remembered entries (``pipelines.memory.recall`` lines) without those a camera made."""
+    return "\n".join(line for line in context.splitlines() if not _CAMERA_ENTRY.search(line))
 
 
 def _key(sentence: str) -> str:

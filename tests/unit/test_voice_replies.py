@@ -76,3 +76,14 @@ def test_memory_searches_for_reminders_when_asked_what_to_remember():
     assert asks_about_past(question)
     assert rewrite_query(question, []) == "remind remember forget note"  # finds "Please remind me to ..."
     assert rewrite_query("What did I tell you about the bicycle earlier?", []) == "bicycle"
+
+
+def test_remembered_camera_entries_are_left_out_of_an_audio_only_prompt():
+    from pipelines.voice.replies import without_camera
+
+    context = ("What you remember (most relevant first; answer from it and say when):\n"
+               "- 2026-12-04 13:40:01 UTC (3 min ago), the user said: \"My sister's name is Clara.\"\n"
+               "- 2026-12-04 13:31:12 UTC (12 min ago), the camera saw: person (track 1) left zone 'door'\n"
+               "- 2026-12-04 13:30:00 UTC (13 min ago), the camera's view: The camera currently sees 2 persons.")
+    kept = without_camera(context).splitlines()
+    assert len(kept) == 2 and "Clara" in kept[1]
