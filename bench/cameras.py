@@ -554,7 +554,7 @@ def detector_rate(device: str, half: bool, seconds: float) -> None:
     """The packaged detector's images/s on ``device``, one image and batches of 8 (bus.jpg / zidane.jpg)."""
     import cv2
 
-    from models.yolo import UltralyticsDetector
+    from models.detectors.yolo import UltralyticsDetector
     from tests.support.media import real_image
 
     images = [cv2.cvtColor(real_image(name), cv2.COLOR_RGB2BGR) for name in ("bus", "zidane")]

@@ -323,8 +323,8 @@ def lag_since(before: dict[str, float], after: dict[str, float]) -> str:
 
 
 def detector_throughput(workdir: Path, seconds: float, batch: int) -> None:
-    from models.triton_detector import TritonDetector, TritonDetectorConfig, export_model_repository
-    from models.yolo import UltralyticsDetector
+    from models.detectors.triton import TritonDetector, TritonDetectorConfig, export_model_repository
+    from models.detectors.yolo import UltralyticsDetector
     from tests.support.triton_server import TritonServer
 
     bus = cv2.cvtColor(real_image("bus"), cv2.COLOR_RGB2BGR)

@@ -34,10 +34,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from models.detector import Detection, Detector
-from models.openvino_detector import OpenVinoDetector, default_threads, export_ir
+from models.detectors import Detection, Detector
+from models.detectors.openvino import OpenVinoDetector, default_threads, export_ir
+from models.detectors.yolo import UltralyticsDetector
 from models.packaged import yolo_pose_weights
-from models.yolo import UltralyticsDetector
 from tests.support.media import real_image
 
 CACHE = Path(__file__).resolve().parents[1] / ".cache" / "bench-detectors"

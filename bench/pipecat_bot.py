@@ -62,8 +62,8 @@ from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport  # noq
 from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
 from models.packaged import packaged_file  # noqa: E402
-from models.stt import tiny_en_dir  # noqa: E402
-from models.tts import JOE_PACKAGE, JOE_VOICE  # noqa: E402
+from models.stt.whisper import tiny_en_dir  # noqa: E402
+from models.tts.piper import JOE_PACKAGE, JOE_VOICE  # noqa: E402
 
 
 def emit(**event: object) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from models.batch_stt import BatchedWhisper
+from models.stt.batch import BatchedWhisper
 from pipelines.batch.engine import transcribe_audio
 from tests.support.speech_files import spoken, words
 

@@ -52,8 +52,7 @@ from typing import Any, cast
 import av
 import numpy as np
 
-from models.detector import Detection, Detector
-from models.detectors import load_detector
+from models.detectors import Detection, Detector, load_detector
 from models.packaged import ModelNotAvailable
 from pipelines.clock import VirtualClock, WallClock
 from pipelines.protocol import SessionConfig, VideoSessionConfig

@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import av
 import numpy as np
 
-from models.tts import TextToSpeech, split_sentences
+from models.tts import TextToSpeech
 from pipelines.voice.audio import resample_pcm
+from pipelines.voice.sentences import split_sentences
 
 SPEECH_FORMATS: tuple[str, ...] = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 CONTENT_TYPES = {

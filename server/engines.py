@@ -16,17 +16,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from models.batch_stt import BatchedWhisper
 from models.detectors import load_detector
 from models.embeddings import TextEmbedder
 from models.llm import LanguageModel
 from models.llm_backends import LANGUAGE_MODELS
 from models.registry import BackendConfig, Registry
-from models.stt import WhisperStt
-from models.stt_backends import SPEECH_TO_TEXT
-from models.stt_backends.whisper import WhisperConfig
-from models.tts import TextToSpeech
-from models.tts_backends import TEXT_TO_SPEECH
+from models.stt import SPEECH_TO_TEXT, SpeechToText
+from models.stt.batch import BatchedWhisper
+from models.stt.whisper import WhisperConfig
+from models.tts import TEXT_TO_SPEECH, TextToSpeech
 from models.turn import SmartTurnV3
 from models.vad import SileroVadModel
 from pipelines.video.analyzer import DetectorVideoAnalyzer
@@ -151,7 +149,7 @@ class Engines:
     def llm(self) -> LanguageModel:
         return self._once("llm", lambda: self._backend(LANGUAGE_MODELS, self.settings.models.llm))
 
-    def stt(self) -> WhisperStt:
+    def stt(self) -> SpeechToText:
         return self._once("stt", lambda: self._backend(SPEECH_TO_TEXT, self.settings.models.stt))
 
     def tts(self) -> TextToSpeech:

@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 
-from models.batch_stt import DEFAULT_MAX_CUE_S, BatchedWhisper
+from models.stt.batch import DEFAULT_MAX_CUE_S, BatchedWhisper
 from pipelines.batch.decode import SAMPLE_RATE, audio_duration, decode_audio_file
 from pipelines.batch.formats import Transcript
 from pipelines.batch.telemetry import AUDIO_SECONDS, STEP_SECONDS

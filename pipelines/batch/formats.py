@@ -6,7 +6,7 @@ import html
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from models.batch_stt import FileSegment
+from models.stt.batch import FileSegment
 
 ResponseFormat = Literal["json", "text", "verbose_json", "srt", "vtt"]
 RESPONSE_FORMATS: tuple[str, ...] = ("json", "text", "verbose_json", "srt", "vtt")

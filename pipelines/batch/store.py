@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from models.batch_stt import AudioChunk, FileSegment
+from models.stt.batch import AudioChunk, FileSegment
 
 JobStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
 ACTIVE_STATUSES = ("queued", "running")

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import av
 import numpy as np
 
-from models.detector import Detection, Detector
+from models.detectors import Detection, Detector
 from pipelines import telemetry
 
 T = TypeVar("T")

@@ -25,7 +25,7 @@ import numpy as np
 import supervision as sv
 from trackers import ByteTrackTracker
 
-from models.detector import Detection
+from models.detectors import Detection
 from pipelines.protocol import LineConfig, ZoneConfig
 
 LOST_TRACK_S = 2.0  # how long a vanished track keeps its id (and its zone membership) before it is dropped

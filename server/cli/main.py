@@ -100,7 +100,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _export_detector(args: argparse.Namespace) -> int:
-    from models.triton_detector import export_model_repository
+    from models.detectors.triton import export_model_repository
 
     detector = _settings(args).models.detector
     triton = getattr(detector, "triton", None)  # the triton backend's own section, if configured

@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     sources: SourcesSettings = SourcesSettings()
     video: VideoSettings = VideoSettings()
     voice: VoiceSettings = VoiceSettings()
-    # Built at load, not import: the default detector depends on the machine (models/detectors.py), and a config
+    # Built at load, not import: the default detector depends on the machine (models.detectors), and a config
     # that names its detector's backend never imports openvino to find it.
     models: ModelsSettings = Field(default_factory=ModelsSettings)
     api: ApiSettings = ApiSettings()

@@ -10,8 +10,8 @@ from pydantic import Field
 from models.detectors import DETECTORS
 from models.llm_backends import LANGUAGE_MODELS
 from models.llm_backends.openai import LlmRouting, LlmUpstream
-from models.stt_backends import SPEECH_TO_TEXT
-from models.tts_backends import TEXT_TO_SPEECH
+from models.stt import SPEECH_TO_TEXT
+from models.tts import TEXT_TO_SPEECH
 from server.config.base import Section
 
 __all__ = ["DetectorModel", "LlmModel", "LlmRouting", "LlmUpstream", "ModelsSettings", "SttModel", "TtsModel"]

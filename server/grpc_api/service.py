@@ -25,7 +25,7 @@ import grpc
 import numpy as np
 from aiohttp import web
 
-from models.stt import WhisperStt
+from models.stt import SpeechToText
 from pipelines.errors import ApiError
 from pipelines.voice.loop import VoiceLoop
 from server.config import Settings
@@ -57,14 +57,14 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
         self.engines = engines
         self.analyzers = engines.analyzers
         self.predictor = ChatPredictor(chat)  # the chat pipeline of /v1/chat/completions
-        self._stt: WhisperStt | None = None
+        self._stt: SpeechToText | None = None
         self._stt_executor = ThreadPoolExecutor(1, "grpc-stt")  # one decode at a time; more would only thrash
         self.conversations: set[Conversation] = set()
         self._conversation_slots = 0
 
     # ------------------------------------------------------------------ models, loaded on first use
 
-    async def stt(self) -> WhisperStt:
+    async def stt(self) -> SpeechToText:
         if self._stt is None:
             self._stt = await asyncio.to_thread(self.engines.stt)
         return self._stt

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from aiortc.contrib.media import MediaPlayer
 
-from models.stt import WhisperStt
+from models.stt.whisper import WhisperStt
 from pipelines.voice.audio import OUT_RATE, resample_pcm
 from server.cli.client import VigilClient
 from server.config import load_settings

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from models.batch_stt import AudioChunk, BatchedWhisper, FileSegment
+from models.stt.batch import AudioChunk, BatchedWhisper, FileSegment
 from pipelines.batch.engine import TranscriptionEngine
 from pipelines.batch.jobs import JobQueue
 from pipelines.batch.store import JobRecord, JobStore

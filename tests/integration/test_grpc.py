@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
-from models.stt import WhisperStt
+from models.stt.whisper import WhisperStt
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
 from server.grpc_api.generate import GENERATED, generate

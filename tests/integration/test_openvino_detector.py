@@ -20,9 +20,9 @@ import cv2
 import numpy as np
 import pytest
 
-from models.detector import Detection
-from models.openvino_detector import OpenVinoDetector, export_ir
-from models.yolo import UltralyticsDetector
+from models.detectors import Detection
+from models.detectors.openvino import OpenVinoDetector, export_ir
+from models.detectors.yolo import UltralyticsDetector
 from tests.support.media import real_image
 
 TOLERANCE = {  # precision: (min IoU, max conf difference, max keypoint error, 90th-percentile keypoint error)

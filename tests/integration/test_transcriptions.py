@@ -22,7 +22,7 @@ import numpy as np
 import openai
 import pytest
 
-from models.batch_stt import BatchedWhisper, FileSegment, TimedWord, group_into_cues
+from models.stt.batch import BatchedWhisper, FileSegment, TimedWord, group_into_cues
 from pipelines.batch.engine import EngineBusy, TranscriptionEngine
 from pipelines.batch.formats import Transcript, as_text
 from tests.support.speech_files import spoken, wav_bytes, words

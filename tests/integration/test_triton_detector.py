@@ -19,14 +19,14 @@ import cv2
 import numpy as np
 import pytest
 
-from models.detector import Detection
-from models.triton_detector import (
+from models.detectors import Detection
+from models.detectors.triton import (
     DetectorUnavailable,
     TritonDetector,
     TritonDetectorConfig,
     read_repository_metadata,
 )
-from models.yolo import UltralyticsDetector
+from models.detectors.yolo import UltralyticsDetector
 from tests.integration.test_sources import Watcher, _post_source
 from tests.support.media import real_image, slideshow
 from tests.support.triton_server import TritonServer

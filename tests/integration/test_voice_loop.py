@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from aiortc.contrib.media import MediaPlayer
 
-from models.stt import WhisperStt
+from models.stt.whisper import WhisperStt
 from pipelines.voice.audio import OUT_RATE
 from server.cli.client import VigilClient
 from tests.support.audio import Recorder, ScriptedMicrophone, rms, silence, speech

@@ -12,9 +12,12 @@ import numpy as np
 import pytest
 
 from models.packaged import ModelNotAvailable
-from models.stt import DeviceNotAvailable, WhisperStt
-from models.tts import EspeakTts, PiperTts, TextToSpeech, parse_streamed_wav, split_first_clause, split_sentences
+from models.stt.whisper import DeviceNotAvailable, WhisperStt
+from models.tts import TextToSpeech
+from models.tts.espeak import EspeakTts, parse_streamed_wav
+from models.tts.piper import PiperTts
 from models.vad import FRAME_SAMPLES, SileroVadModel, VadStream
+from pipelines.voice.sentences import split_first_clause, split_sentences
 
 PROMPT = "How many people do you see?"
 

@@ -16,7 +16,7 @@ from pipelines.voice.audio import OUT_FRAME, OUT_RATE, PacedAudioTrack, resample
 
 @cache
 def _piper():
-    from models.tts import PiperTts
+    from models.tts.piper import PiperTts
 
     return PiperTts()
 
@@ -34,7 +34,7 @@ def silence(seconds: float, rate: int = OUT_RATE) -> np.ndarray:
 
 @cache
 def _word_aligner():
-    from models.stt import load_whisper
+    from models.stt.whisper import load_whisper
 
     return load_whisper(None).model  # faster-whisper's WhisperModel (tiny.en), for word timestamps
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from models.detectors import openvino_usable
-from models.openvino_detector import default_threads
+from models.detectors.openvino import default_threads
 from server.config import REPO_ROOT, ConfigError, load_settings
 
 

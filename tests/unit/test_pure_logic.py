@@ -8,9 +8,9 @@ from fractions import Fraction
 import av
 import pytest
 
-from models.batch_stt import FileSegment
 from models.llm import ChatMessage, LlmRequest
 from models.router import CostAware, LeastConnections, LeastLatency, ModelAffinity, Upstream, UpstreamConfig
+from models.stt.batch import FileSegment
 from pipelines.batch.formats import Transcript, as_text
 from pipelines.serving.content_filter import StreamingContentFilter
 from pipelines.session import FpsSampler, _TrackTime

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models.detector import Detection
+from models.detectors import Detection
 from pipelines.protocol import LineConfig, ZoneConfig
 from pipelines.video.tracking import LOST_TRACK_S, SceneEvent, StreamTracker
 

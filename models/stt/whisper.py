@@ -25,11 +25,14 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
+from pydantic import Field
 
 from models.packaged import ModelNotAvailable, package_dir, packaged_file
+from models.registry import BackendConfig
+from models.stt import SPEECH_TO_TEXT, TranscriptResult, TranscriptSegment
 
 SAMPLE_RATE = 16_000
 # Live decodes (transcribe_live): the window is the speech plus this much silence, at least the minimum.
@@ -47,23 +50,6 @@ _STAMP = "vigil-joined.json"
 
 class DeviceNotAvailable(ModelNotAvailable):
     """The requested compute device (CUDA) is not usable on this machine."""
-
-
-@dataclass(frozen=True, slots=True)
-class TranscriptSegment:
-    start: float  # seconds from the start of the audio passed in
-    end: float
-    text: str
-    avg_logprob: float
-    no_speech_prob: float
-
-
-@dataclass(frozen=True, slots=True)
-class TranscriptResult:
-    text: str  # segments joined, stripped
-    segments: tuple[TranscriptSegment, ...]
-    language: str
-    duration: float  # seconds of audio transcribed
 
 
 def default_cache_dir() -> Path:
@@ -356,3 +342,22 @@ def as_mono_float(audio: np.ndarray) -> np.ndarray:
     if audio.ndim != 1:
         raise ValueError(f"Whisper takes mono 1-D audio at 16 kHz, got shape {audio.shape}")
     return np.ascontiguousarray(audio, dtype=np.float32)
+
+
+class WhisperConfig(BackendConfig):
+    backend: Literal["whisper"] = "whisper"
+    model_dir: str | None = Field(
+        None, description="CTranslate2 Whisper directory, or 'base' (packaged parts); None: packaged tiny.en."
+    )
+    device: str = "cpu"
+    compute_type: str = "int8"
+    short_window: bool = Field(
+        True, description="Live voice turns: decode a window fitted to the utterance (speech + 7.5 s, at least "
+        "10 s) instead of Whisper's 30 s, ~4x less encoder work; a degenerate decode is redone on 30 s."
+    )
+
+
+@SPEECH_TO_TEXT.register(WhisperConfig)
+def build(config: WhisperConfig) -> WhisperStt:
+    return WhisperStt(config.model_dir, device=config.device, compute_type=config.compute_type,
+                      short_window=config.short_window)

@@ -1,14 +1,19 @@
-"""Ultralytics YOLO (detect or pose) behind the detector protocol: any .pt/.onnx/.engine weights, CPU or CUDA."""
+"""``backend: yolo``: Ultralytics YOLO (detect or pose), any .pt/.onnx/.engine weights, CPU or CUDA.
+
+Ultralytics YOLO (detect or pose) behind the detector protocol: any .pt/.onnx/.engine weights, CPU or CUDA."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
-from models.detector import Detection
+from models.detectors import DETECTORS, Detection, Detector
 from models.packaged import ModelNotAvailable, yolo_pose_weights
+from models.registry import BackendConfig
 
 # Never reach for the network: no hub downloads, no pip auto-installs (air-gapped cameras are the norm).
 os.environ.setdefault("YOLO_OFFLINE", "1")
@@ -82,3 +87,19 @@ class UltralyticsDetector:
                 for i, (box, conf, cls) in enumerate(zip(xyxyn, confs, classes, strict=True))
             ])
         return out
+
+
+class YoloConfig(BackendConfig):
+    backend: Literal["yolo"] = "yolo"
+    weights: str | None = Field(None, description="Path or name; None: the packaged yolo11n-pose.pt.")
+    device: str = "cpu"
+    imgsz: int = Field(640, ge=32)
+    conf: float = Field(0.25, gt=0, lt=1)
+    half: bool = False
+    classes: list[int] | None = None
+
+
+@DETECTORS.register(YoloConfig)
+def build(config: YoloConfig) -> Detector:
+    return UltralyticsDetector(config.weights, device=config.device, imgsz=config.imgsz, conf=config.conf,
+                               half=config.half, classes=config.classes)

@@ -1,4 +1,9 @@
-"""A YOLO detector (detect or pose) served by NVIDIA Triton Inference Server, behind the detector protocol.
+"""``backend: triton``: a YOLO model served by NVIDIA Triton Inference Server (below).
+
+``weights`` are what ``vigil export-detector`` exports into Triton's model repository; ``triton`` says where it
+is served. One cross-stream batch is one Triton request.
+
+A YOLO detector (detect or pose) served by NVIDIA Triton Inference Server, behind the detector protocol.
 
 Each cross-stream batch from the video batcher goes to Triton as ONE inference request (Triton's dynamic batcher
 then merges the requests of several Vigil nodes on the GPU). Pre- and post-processing are Ultralytics' own
@@ -11,8 +16,7 @@ attempt, so detections resume by themselves when Triton is back.
 
 The model repository comes from ``vigil export-detector`` (``export_model_repository`` below): ONNX with a dynamic
 batch axis and a ``config.pbtxt`` whose ``metadata`` parameter (Ultralytics' format) carries task, class names
-and keypoint shape.
-"""
+and keypoint shape."""
 
 from __future__ import annotations
 
@@ -27,8 +31,9 @@ from urllib.parse import urlsplit
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.detector import Detection
-from models.yolo_output import YoloOutput
+from models.detectors import DETECTORS, Detection, Detector
+from models.detectors.yolo_output import YoloOutput
+from models.registry import BackendConfig
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +254,7 @@ def export_model_repository(weights: str | None, repository: str, *, name: str =
 
     from ultralytics import YOLO
 
-    from models.yolo import resolve_weights
+    from models.detectors.yolo import resolve_weights
 
     source = resolve_weights(weights)
     model_dir = Path(repository).expanduser() / name
@@ -290,3 +295,18 @@ def _short(error: Exception) -> str:
     """tritonclient's gRPC errors carry a multi-line debug string: keep the status line."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return text[:300]
+
+
+class TritonConfig(BackendConfig):
+    backend: Literal["triton"] = "triton"
+    weights: str | None = Field(None, description="Exported by `vigil export-detector`; None: the packaged "
+                                "yolo11n-pose.pt.")
+    imgsz: int = Field(640, ge=32)
+    conf: float = Field(0.25, gt=0, lt=1)
+    classes: list[int] | None = None
+    triton: TritonDetectorConfig = TritonDetectorConfig()
+
+
+@DETECTORS.register(TritonConfig)
+def build(config: TritonConfig) -> Detector:
+    return TritonDetector(config.triton, imgsz=config.imgsz, conf=config.conf, classes=config.classes)

@@ -2,7 +2,7 @@
 seconds, and the chunks are decoded several at a time with faster-whisper's ``BatchedInferencePipeline``.
 
 This is the throughput path (uploads, batch jobs, ``vigil transcribe``); the live voice loop uses
-:class:`models.stt.WhisperStt`. Each process loads its own :class:`BatchedWhisper`, separate from the live
+:class:`models.stt.whisper.WhisperStt`. Each process loads its own :class:`BatchedWhisper`, separate from the live
 model, so batch work never queues behind (or ahead of) live voice turns inside CTranslate2.
 
 Chunks are planned first (:meth:`BatchedWhisper.plan`) and decoded afterwards
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from models.stt import SAMPLE_RATE, LocalWhisper, as_mono_float
+from models.stt.whisper import SAMPLE_RATE, LocalWhisper, as_mono_float
 
 WHISPER_MAX_CHUNK_S = 30.0  # Whisper's window: a longer chunk would be cut off
 DEFAULT_MAX_CUE_S = 6.0  # a subtitle cue longer than this is cut at the next word
@@ -80,7 +80,7 @@ class FileSegment:
 class BatchedWhisper(LocalWhisper):
     """Whisper (CTranslate2) for files: VAD-cut chunks decoded in batches. Load once per process; share.
 
-    ``model_dir``: as for :class:`models.stt.WhisperStt` (None: packaged tiny.en, ``"base"``, or a CT2
+    ``model_dir``: as for :class:`models.stt.whisper.WhisperStt` (None: packaged tiny.en, ``"base"``, or a CT2
     directory). ``num_workers``: how many calls CTranslate2 runs at once (one per thread that calls in).
     """
 

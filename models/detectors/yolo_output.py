@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.detector import Detection
+from models.detectors import Detection
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,56 @@
-"""The detector backends, registered by name (``models/detector_backends/``: one module each, declaring its
-config and its builder). ``load_detector`` builds the configured one; whoever calls it owns the result (the
-app's engines), so there is no process-wide cache here."""
+"""Object detectors: the protocol (a batch of BGR images in, per-image detections out; blocking, so callers run
+it on a worker thread) and the registry of backends, one module each in this package declaring its config, its
+builder and its code (``yolo``, ``openvino``, ``opencv-ssd``, ``triton``, ``none``). ``load_detector`` builds
+the configured one; whoever calls it owns the result (the app's engines), so there is no process-wide cache
+here. Heavy imports (torch, OpenCV, OpenVINO) stay inside the builders and detectors, so loading the config
+stays cheap."""
 
 from __future__ import annotations
 
 import functools
 import importlib
 import platform
+import sys
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any
+from typing import Any, Protocol
 
-from models import detector_backends
-from models.detector import Detector
+import numpy as np
+
 from models.registry import BackendConfig, Registry
+
+
+@dataclass(slots=True)
+class Detection:
+    label: str
+    class_id: int
+    conf: float
+    box: tuple[float, float, float, float]  # x1, y1, x2, y2 normalised to 0..1
+    keypoints: list[tuple[float, float, float]] | None = None  # x, y normalised, confidence
+    track_id: int | None = field(default=None)
+
+    def as_message(self) -> dict:
+        data: dict = {
+            "label": self.label,
+            "class_id": self.class_id,
+            "conf": round(self.conf, 4),
+            "box": [round(v, 5) for v in self.box],
+            "track_id": self.track_id,
+        }
+        if self.keypoints is not None:
+            data["keypoints"] = [[round(x, 5), round(y, 5), round(c, 4)] for x, y, c in self.keypoints]
+        return data
+
+
+class Detector(Protocol):
+    name: str
+    device: str
+
+    def detect(self, images: list[np.ndarray]) -> list[list[Detection]]:
+        """One call for the whole batch (BGR uint8 HxWx3 arrays, any sizes)."""
+        ...
+
 
 X86_64 = {"x86_64", "amd64"}
 OPENVINO_WEIGHTS = {".pt", ""}  # what the openvino backend loads: a .pt file (exported once) or an IR folder
@@ -54,4 +91,4 @@ def load_detector(config: BackendConfig) -> Detector | None:
     return DETECTORS.build(config)
 
 
-DETECTORS.discover(detector_backends)  # each module registers itself on import
+DETECTORS.discover(sys.modules[__name__])  # each module registers itself on import

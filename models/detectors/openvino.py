@@ -1,4 +1,9 @@
-"""YOLO (detect or pose) on Intel's OpenVINO runtime (CPU), behind the detector protocol.
+"""``backend: openvino``: YOLO on Intel's OpenVINO runtime (CPU), the IR exported offline from the weights into
+``cache_dir`` at set-up (``scripts/setup.sh``) or on first load (``export_ir`` below). The default
+on x86-64 (``models/detectors/__init__.py`` ``default_backend``); detections match the ``yolo`` backend's within the
+tolerance stated in ``tests/integration/test_openvino_detector.py``.
+
+YOLO (detect or pose) on Intel's OpenVINO runtime (CPU), behind the detector protocol.
 
 The IR is made offline from the weights (the packaged yolo11n-pose.pt by default) by Ultralytics' own exporter
 (``export(format="openvino", dynamic=True)``, ~5 s) into a cache directory keyed by the weights' hash, on the first
@@ -7,8 +12,7 @@ letterbox (the smallest stride-32 rectangle when every image of a batch has one 
 the same NMS, the same box and keypoint rescaling, so detections compare with the ``yolo`` backend's.
 
 The IR's input is dynamic; each input shape gets its own static compiled model (0.2 s to compile here, and ~1.5x
-faster than running the dynamic model), a few kept per detector (a camera's frames keep one shape).
-"""
+faster than running the dynamic model), a few kept per detector (a camera's frames keep one shape)."""
 
 from __future__ import annotations
 
@@ -24,11 +28,12 @@ from typing import Any, Literal
 
 import numpy as np
 import yaml
+from pydantic import Field
 
-from models.detector import Detection
+from models.detectors import DETECTORS, Detection, Detector
+from models.detectors.yolo_output import YoloOutput
 from models.packaged import DERIVED_MODELS_DIR, ModelNotAvailable
-from models.yolo import resolve_weights
-from models.yolo_output import YoloOutput
+from models.registry import BackendConfig
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,8 @@ def export_ir(weights: str | None, cache_dir: str | Path) -> Path:
             raise ModelNotAvailable(f"{directory} holds no OpenVINO IR (.xml): export one or point "
                                     "models.detector.weights at a .pt file")
         return directory
+    from models.detectors.yolo import resolve_weights  # deferred: backends register in module order
+
     source = resolve_weights(weights)
     digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
     target = Path(cache_dir).expanduser() / f"{source.stem}-{digest}_openvino_model"
@@ -148,11 +155,32 @@ class OpenVinoDetector:
 
 
 def main() -> None:
-    """``python -m models.openvino_detector``: export the packaged weights' IR into the default cache_dir (what
+    """``scripts/setup.sh``: export the packaged weights' IR into the default cache_dir (what
     ``scripts/setup.sh`` runs, offline, so that the first start serves at once); prints its directory."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     print(export_ir(None, str(DERIVED_MODELS_DIR / "openvino")))  # the backend's default cache_dir
 
 
-if __name__ == "__main__":
-    main()
+DEFAULT_CACHE_DIR = DERIVED_MODELS_DIR / "openvino"
+
+
+class OpenVinoConfig(BackendConfig):
+    backend: Literal["openvino"] = "openvino"
+    weights: str | None = Field(None, description="A .pt file (exported to IR once) or an OpenVINO IR directory; "
+                                "None: the packaged yolo11n-pose.pt.")
+    cache_dir: str = Field(str(DEFAULT_CACHE_DIR), description="Where exported IRs are kept (one folder per "
+                           "weights file, keyed by its hash). The default is the checkout's data/models/openvino, "
+                           "absolute so that any working directory finds the IR scripts/setup.sh exported.")
+    imgsz: int = Field(640, ge=32)
+    conf: float = Field(0.25, gt=0, lt=1)
+    classes: list[int] | None = None
+    threads: int | None = Field(None, ge=1, description="Inference threads; None: max(1, cores - 1), one core "
+                                "left to the voice loop.")
+    precision: Literal["auto", "f32", "bf16"] = Field(
+        "auto", description="auto: OpenVINO's choice (bf16 on CPUs that have it, else f32).")
+
+
+@DETECTORS.register(OpenVinoConfig)
+def build(config: OpenVinoConfig) -> Detector:
+    return OpenVinoDetector(config.weights, cache_dir=config.cache_dir, imgsz=config.imgsz, conf=config.conf,
+                            classes=config.classes, threads=config.threads, precision=config.precision)
