@@ -163,15 +163,7 @@ CLUSTER_ROUTES: tuple[Route, ...] = (
 def mount_cluster(app: web.Application, node: ClusterNode | None) -> None:
     """Make this app a cluster member (``node``: with ``cluster.redis_url``). Call before the app's own shutdown
     handler is added, so that a drain (SIGTERM) hands sources over before they are stopped."""
-    if node is None:
-        return
-
-    async def start(app: web.Application) -> None:
-        await node.start()
-
-    async def leave(app: web.Application) -> None:
-        await node.leave()
-
-    app.on_startup.append(start)
-    app.on_shutdown.append(leave)
+    if node is not None:
+        app.on_startup.append(lambda app: node.start())
+        app.on_shutdown.append(lambda app: node.leave())
 

@@ -261,14 +261,6 @@ def build_grpc(settings: Settings, engines: Engines, chat: ChatService) -> GrpcS
 
 def mount_grpc(app: web.Application, server: GrpcServer | None) -> None:
     """Started on the app's startup, stopped on its shutdown."""
-    if server is None:
-        return
-
-    async def start(app: web.Application) -> None:
-        await server.start()
-
-    async def stop(app: web.Application) -> None:
-        await server.stop()
-
-    app.on_startup.append(start)
-    app.on_shutdown.insert(0, stop)  # before the app closes the models its conversations use
+    if server is not None:
+        app.on_startup.append(lambda app: server.start())
+        app.on_shutdown.insert(0, lambda app: server.stop())  # before the app closes the models its conversations use
