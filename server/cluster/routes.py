@@ -5,6 +5,7 @@ session, is still served by live media's handlers. The node itself: ``server.clu
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -75,6 +76,7 @@ async def _elsewhere(node: ClusterNode, source_id: str) -> tuple[dict[str, Any],
 def _here_or_elsewhere(handler: Handler) -> Handler:
     """A source's other endpoints: served here when the source runs here, else a pointer to its node."""
 
+    @functools.wraps(handler)  # its name is the route's operationId in /openapi.json
     async def serve(request: web.Request) -> web.StreamResponse:
         source_id = request.match_info["source_id"]
         if request.app[SOURCES].get(source_id) is not None:
@@ -89,6 +91,7 @@ def _here_or_elsewhere(handler: Handler) -> Handler:
 def _session_anywhere(handler: Handler) -> Handler:
     """A session not here may run on another node: its listing comes from there."""
 
+    @functools.wraps(handler)
     async def serve(request: web.Request) -> web.StreamResponse:
         session_id = request.match_info["session_id"]
         if request.app[SESSIONS].get(session_id) is None:

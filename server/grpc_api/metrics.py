@@ -23,12 +23,21 @@ DURATION = Histogram("vigil_grpc_call_seconds", "gRPC call duration (for streams
 
 
 class _CallRecord:
-    def __init__(self, method: str) -> None:
-        self.method = method
+    """One call: in flight from here; around the call's work (``with``), how it ended is counted when it ends."""
+
+    def __init__(self, method: str, context: grpc.aio.ServicerContext) -> None:
+        self.method, self.context = method, context
         self.started = time.perf_counter()
         IN_FLIGHT.labels(method=method).inc()
 
-    def finish(self, context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
+    def __enter__(self) -> _CallRecord:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: Any) -> None:
+        self.finish(error)
+
+    def finish(self, error: BaseException | None) -> None:
+        context = self.context
         if isinstance(error, asyncio.CancelledError | GeneratorExit):
             # GeneratorExit: grpc closed the response stream under the method: the call ended outside it (the
             # client cancelled, or grpc's own check refused it, e.g. a message over grpc.max_message_bytes)
@@ -46,22 +55,15 @@ class _CallRecord:
 
 def _unary(method: str, behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        record, error = _CallRecord(method), None
-        try:
+        with _CallRecord(method, context):
             return await behavior(request, context)
-        except BaseException as caught:
-            error = caught
-            raise
-        finally:
-            record.finish(context, error)
 
     return wrapped
 
 
 def _streaming(method: str, behavior: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
     async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        record, error = _CallRecord(method), None
-        try:
+        with _CallRecord(method, context):
             responses = behavior(request, context)
             if hasattr(responses, "__aiter__"):
                 # closing this generator (grpc does, when the call ends under it) closes the method's at once,
@@ -71,11 +73,6 @@ def _streaming(method: str, behavior: Callable[..., Any]) -> Callable[..., Async
                         yield response
             else:  # a coroutine that writes with context.write (or only aborts, like the auth rejection)
                 await responses
-        except BaseException as caught:
-            error = caught
-            raise
-        finally:
-            record.finish(context, error)
 
     return wrapped
 

@@ -168,15 +168,24 @@ class WebRTCSession:
         }
 
 
-class SessionRegistry:
+class PipelineHost:
+    """What a session's or a source's pipeline is built from: the settings, the analysers and the timeline's
+    recorder factory (all given at construction: ``server.services.build_services``)."""
+
     def __init__(self, settings: Settings, analyzers: Analyzers | None = None,
                  timeline: TimelineFactory | None = None) -> None:
         self.settings = settings
         self.analyzers = analyzers or Analyzers()
+        self.timeline = timeline
+
+
+class SessionRegistry(PipelineHost):
+    def __init__(self, settings: Settings, analyzers: Analyzers | None = None,
+                 timeline: TimelineFactory | None = None) -> None:
+        super().__init__(settings, analyzers, timeline)
         self.sessions: dict[str, WebRTCSession] = {}
         self._reserved = 0
         self._offer_rate = InProcessRateLimiter()
-        self.timeline = timeline
         self.load = LoopLoadMonitor()
         self.heap = HeapTrimmer()  # hands an ended session's freed pages back to the OS
 

@@ -22,7 +22,7 @@ from pipelines.session import SessionPipeline
 from pipelines.sources.container import ContainerSource, PacketSink, ReaderSettings, SourceState
 from pipelines.sources.urls import normalize_source_url, redact_url
 from server.config import Settings
-from server.media.sessions import Analyzers, TimelineFactory, serialize
+from server.media.sessions import Analyzers, PipelineHost, TimelineFactory, serialize
 from server.metrics import SOURCE_STATES, SOURCES
 
 log = logging.getLogger(__name__)
@@ -136,13 +136,11 @@ class ManagedSource:
         }
 
 
-class SourceManager:
+class SourceManager(PipelineHost):
     def __init__(self, settings: Settings, analyzers: Analyzers | None = None,
                  timeline: TimelineFactory | None = None) -> None:
-        self.settings = settings
-        self.analyzers = analyzers or Analyzers()
+        super().__init__(settings, analyzers, timeline)
         self.sources: dict[str, ManagedSource] = {}
-        self.timeline = timeline
         # Called with (source id, new state) on every state change (the cluster republishes its listing then).
         self.state_listeners: list[Callable[[str, SourceState], None]] = []
 

@@ -6,22 +6,19 @@ to Milvus Standalone: over gRPC, by URI."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Self
 
-from tests.support.ports import free_port
-from tests.support.processes import ChildServer, stop_process
+from tests.support.ports import free_port, wait_for_port
+from tests.support.processes import ChildServer
 
 
 class MilvusServer(ChildServer):
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.port = 0
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def uri(self) -> str:
@@ -34,19 +31,7 @@ class MilvusServer(ChildServer):
              "--port", str(self.port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return self
-            except OSError:
-                pass
-            if time.monotonic() > deadline or self._proc.poll() is not None:
-                self.stop()
-                raise RuntimeError("the Milvus server did not start")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            stop_process(proc)
+        if not wait_for_port(self._proc, self.port, timeout):
+            self.stop()
+            raise RuntimeError("the Milvus server did not start")
+        return self

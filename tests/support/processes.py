@@ -23,13 +23,18 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0, *, hard: bo
 
 
 class ChildServer:
-    """Base of the test servers: subclasses implement ``start`` (returns self once ready) and ``stop``."""
+    """Base of the test servers: subclasses implement ``start`` (returns self once ready, the child process in
+    ``_proc``); ``stop`` ends that process (a subclass with more to end overrides it)."""
+
+    _proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Self:
         raise NotImplementedError
 
     def stop(self) -> None:
-        raise NotImplementedError
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            stop_process(proc)
 
     def __enter__(self) -> Self:
         return self.start()

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Self
 
-from tests.support.ports import free_port
-from tests.support.processes import ChildServer, stop_process
+from tests.support.ports import free_port, wait_for_port
+from tests.support.processes import ChildServer
 
 REDIS_SERVER = "/usr/bin/redis-server"
 
@@ -19,7 +18,6 @@ class RedisServer(ChildServer):
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.port = 0
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -34,21 +32,12 @@ class RedisServer(ChildServer):
              "--dir", str(self.workdir)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        return self
-            except OSError:
-                pass
-            if time.monotonic() > deadline or self._proc.poll() is not None:
-                self.stop()
-                raise RuntimeError("redis-server did not start")
-            time.sleep(0.05)
+        if not wait_for_port(self._proc, self.port, timeout, interval=0.05, ready=_pong):
+            self.stop()
+            raise RuntimeError("redis-server did not start")
+        return self
 
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            stop_process(proc)
+
+def _pong(sock: socket.socket) -> bool:
+    sock.sendall(b"PING\r\n")
+    return sock.recv(16).startswith(b"+PONG")

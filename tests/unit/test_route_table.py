@@ -32,6 +32,9 @@ def test_cluster_mode_adds_its_routes_and_keeps_every_other_path():
             ("GET", "/api/sources/{source_id}/scene")} <= swapped
     assert all(key[1].startswith(("/api/sources", "/api/sessions")) for key in swapped)
     assert "/api/cluster/nodes" in build_openapi(list(cluster))["paths"]
+    # the same document but for the cluster's own routes: operation ids included
+    names = {(r.method, r.path): r.handler.__name__ for r in alone}
+    assert {(r.method, r.path): r.handler.__name__ for r in cluster if (r.method, r.path) in names} == names
 
 
 def test_v1_routes_follow_the_config():
