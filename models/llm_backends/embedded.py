@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 class EmbeddedLlmConfig(BackendConfig):
     backend: Literal["embedded"] = "embedded"
     weights: Literal["smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b"] = Field(
-        DEFAULT_LLM, description="The packaged model: smollm2-135m (SmolLM2-135M-Instruct Q4_1), qwen2.5-0.5b / "
-        "qwen2.5-1.5b (Qwen2.5-Coder-0.5B/1.5B-Instruct Q4_K_M; one not the default is set up on demand: "
+        DEFAULT_LLM, description="The packaged model: qwen2.5-0.5b (the default; Qwen2.5-Coder-0.5B-Instruct Q4_K_M), "
+        "smollm2-135m (SmolLM2-135M-Instruct Q4_1: faster, far less often right), qwen2.5-1.5b (Qwen2.5-Coder-1.5B-"
+        "Instruct Q4_K_M: more often right, slower; one not the default is set up on demand: "
         "VIGIL_LLMS=qwen2.5-1.5b bash scripts/setup.sh). Ignored when model_path is set."
     )
     model_path: str | None = Field(None, description="A GGUF file of your own; None: the packaged `weights`.")

@@ -21,6 +21,7 @@ from models.llm import (
     LlmRequestError,
     LlmUnavailable,
     OpenAiLlm,
+    packaged_llm_path,
 )
 from tests.support.llm_server import LlmServer
 
@@ -214,3 +215,20 @@ async def test_embedded_errors() -> None:
         await collect(llm, LlmRequest(FRANCE))
     with pytest.raises(LlmUnavailable, match="closed"):
         llm.count_tokens(FRANCE)
+
+
+async def test_the_default_packaged_model_answers_through_its_chat_template() -> None:
+    """The configured default (models.llm.weights, set up and hash-checked by scripts/setup.sh) loads and answers
+    right with the voice loop's settings (its repetition penalty included)."""
+    from models.llm_backends.embedded import EmbeddedLlmConfig
+    from models.packaged import DEFAULT_LLM
+
+    assert EmbeddedLlmConfig().weights == DEFAULT_LLM
+    llm = await EmbeddedLlm.open(str(packaged_llm_path(DEFAULT_LLM)))
+    try:
+        question = [ChatMessage("system", "Answer in one short sentence."),
+                    ChatMessage("user", "What is the capital of France?")]
+        answer = "".join(await collect(llm, LlmRequest(question, max_tokens=24, repeat_penalty=1.1)))
+        assert "Paris" in answer, answer
+    finally:
+        await llm.close()

@@ -259,7 +259,7 @@ async def test_a_looping_reply_is_stopped_at_its_first_repeated_sentence(vigil):
     """SmolLM2 at temperature 0 without a repetition penalty loops on this one (it said "I'm glad you're here."
     over and over); the loop guard lets each sentence through once and stops generating at the first repeat (the
     penalty is off here so that the guard is what is tested)."""
-    server = await vigil(voice={**VOICE, "repeat_penalty": 1.0})
+    server = await vigil(voice={**VOICE, "repeat_penalty": 1.0}, models={"llm": {"weights": "smollm2-135m"}})
     async with VoiceCall(server.url) as call:
         call.mic.say(speech("Repeat after me: I like tea. I like tea. I like tea."))
         turn = await call.turn(1)
