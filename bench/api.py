@@ -172,9 +172,11 @@ class Leg:
 
 
 async def start_leg(backend: str, args: argparse.Namespace, vllm_url: str | None) -> Leg:
-    llm_config: dict[str, Any] = {"backend": "openai", "base_url": vllm_url} if backend == "vllm" else {}
+    # The embedded leg serves the weights vLLM was given (SmolLM2 by default; the default embedded LLM is another).
+    llm_config: dict[str, Any] = ({"backend": "openai", "base_url": vllm_url} if backend == "vllm"
+                                  else {"backend": "embedded", "weights": args.embedded_weights})
     settings = load_settings(None, {
-        "models": {"detector": {"backend": "none"}, **({"llm": llm_config} if llm_config else {})},
+        "models": {"detector": {"backend": "none"}, "llm": llm_config},
         "voice": {"enabled": False},
         "grpc": {"port": 0},  # one app per backend: any free port each
         "api": {"keys": [{"name": "bench", "key": KEY}], "rate_limit": None, "preload": True,
@@ -296,6 +298,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--backends", nargs="+", choices=["embedded", "vllm"], default=["embedded"],
                         help="LLM backends side by side (vllm: make setup-vllm first)")
+    parser.add_argument("--embedded-weights", default="smollm2-135m",
+                        choices=["smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b"],
+                        help="the embedded leg's packaged LLM (models.llm.weights); vLLM serves SmolLM2 unless told")
     parser.add_argument("--settle-s", type=float, default=2.0, help="pause when switching backends (s)")
     parser.add_argument("--vllm-url", help="a running vLLM (OpenAI-compatible) to use instead of starting one")
     parser.add_argument("--vllm-python", help="the Python of a venv with vLLM (default .venv-vllm)")

@@ -47,10 +47,10 @@ if [[ ! -x $VLLM_GPU_PYTHON ]]; then
   exit 0
 fi
 if [[ -z ${VLLM_GPU_MODEL:-} ]]; then
-  VLLM_GPU_MODEL=data/models/vllm/smollm2-135m-instruct
+  VLLM_GPU_MODEL=data/models/vllm/smollm2-135m-instruct EMBEDDED_WEIGHTS=smollm2-135m
   qwen=$("$PY" -c 'from models.packaged import SPLIT_MODELS; print(SPLIT_MODELS["qwen2.5-1.5b"].path)')
   if [[ -e $qwen ]]; then
-    VLLM_GPU_MODEL=data/models/vllm/qwen2.5-1.5b-instruct
+    VLLM_GPU_MODEL=data/models/vllm/qwen2.5-1.5b-instruct EMBEDDED_WEIGHTS=qwen2.5-1.5b  # the same model on both
     [[ -e $VLLM_GPU_MODEL/config.json ]] || HF_HUB_OFFLINE=1 "$VLLM_GPU_PYTHON" scripts/vllm_model.py "$qwen" "$VLLM_GPU_MODEL"
   fi
 fi
@@ -58,4 +58,5 @@ fi
 echo "gpu-check: vLLM ($VLLM_GPU_PYTHON) on cuda serving $VLLM_GPU_MODEL, beside the embedded LLM"
 # dtype auto (bfloat16/float16) and compiled with CUDA graphs, as vLLM runs on a GPU by default.
 "$PY" -m bench.api --backends embedded vllm --concurrency 1 4 16 --vllm-python "$VLLM_GPU_PYTHON" \
-  --vllm-model "$VLLM_GPU_MODEL" --vllm-dtype auto --vllm-compile --vllm-threads 4
+  --vllm-model "$VLLM_GPU_MODEL" --vllm-dtype auto --vllm-compile --vllm-threads 4 \
+  --embedded-weights "${EMBEDDED_WEIGHTS:-smollm2-135m}"
