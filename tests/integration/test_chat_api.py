@@ -361,7 +361,9 @@ async def test_logprobs_stream_and_non_stream(vigil) -> None:
     assert raw.headers["x-vigil-cache"] == "bypass"  # logprob requests never enter or use the caches
     whole = completion.choices[0].logprobs.content
     _check_token_logprobs(whole, completion.choices[0].message.content)
-    assert len(whole) == completion.usage.completion_tokens  # one entry per generated token
+    # One entry per generated token; llama.cpp also counts the end-of-turn token of an answer that stopped.
+    stopped = completion.choices[0].finish_reason == "stop"
+    assert len(whole) == completion.usage.completion_tokens - stopped
     assert any(entry.logprob < 0 for entry in whole)
     again = await client.chat.completions.with_raw_response.create(**ask)
     assert again.headers["x-vigil-cache"] == "bypass"
@@ -373,7 +375,8 @@ async def test_logprobs_stream_and_non_stream(vigil) -> None:
         if c.choices and c.choices[0].delta.content:
             assert "".join(e.token for e in c.choices[0].logprobs.content) == c.choices[0].delta.content
     assert [e.token for e in streamed] == [e.token for e in whole]  # temperature 0: the same tokens
-    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in whole], abs=1e-3)
+    # Not bit-identical: the second request reuses the cached prompt, decoded in other batches (Qwen2.5-0.5B: 4e-3).
+    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in whole], abs=2e-2)
 
     plain = await client.chat.completions.create(**{**ask, "logprobs": False})
     assert plain.choices[0].logprobs is None
