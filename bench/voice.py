@@ -559,6 +559,15 @@ async def run(args: argparse.Namespace, pipecat_python: Path, roots: dict[str, t
     restrict_host_addresses(["127.0.0.1"])  # this client's ICE: loopback, the only interface here
     started = time.perf_counter()
     logs = Path(tempfile.mkdtemp(prefix="vigil-bench-voice-"))
+    vllm = None
+    if args.vllm:  # the first checkout once more, its LLM a real vLLM serving SmolLM2 (docs/vllm.md)
+        from tests.support.vllm_server import VllmServer, vllm_missing
+
+        if missing := vllm_missing():
+            raise SystemExit(f"bench.voice --vllm: {missing}")
+        vllm = VllmServer(port=free_port())
+        root, source = next(iter(roots.values()))
+        roots = {**roots, "vigil+vllm": (root, f"{source}; models.llm: openai -> vLLM ({vllm.model_path})")}
     sources = {name: source for name, (_, source) in roots.items()}
     global WIDTH
     WIDTH = max(len(name) for name in [*roots, "pipecat"])
@@ -568,9 +577,14 @@ async def run(args: argparse.Namespace, pipecat_python: Path, roots: dict[str, t
     questions = {text: trimmed(speech(text)) for text in QUESTIONS}
     paused_pcm = paused_questions()
     # Each Vigil: default config (memory included) but for loopback-only ICE, on free ports side by side.
-    vigils = {name: VigilProcess(logs, {"webrtc": {"host_addresses": ["127.0.0.1"]}}, root=root, memory_off=False,
+    def config(name: str) -> dict[str, Any]:
+        llm = {"models": {"llm": {"backend": "openai", "base_url": f"http://127.0.0.1:{vllm.port}"}}} if (
+            vllm is not None and name == "vigil+vllm") else {}
+        return {"webrtc": {"host_addresses": ["127.0.0.1"]}, **llm}
+
+    vigils = {name: VigilProcess(logs, config(name), root=root, memory_off=False,
                                  args=["--grpc-port", str(free_port())],
-                                 log_path=logs / f"{name.replace(':', '-')}.log")
+                                 log_path=logs / f"{name.replace(':', '-').replace('+', '-')}.log")
               for name, (root, _) in roots.items()}
     # llama.cpp's own HTTP server with the same GGUF and settings as Vigil's embedded one, but for the threads:
     # see --peer-llm-threads.
@@ -579,6 +593,8 @@ async def run(args: argparse.Namespace, pipecat_python: Path, roots: dict[str, t
     sessions: dict[str, Session] = {}
     turns: list[Turn] = []
     try:
+        if vllm is not None:  # before the Vigil that asks it (its router checks /v1/models on first use)
+            await asyncio.to_thread(vllm.start)
         await asyncio.gather(*(asyncio.to_thread(v.start) for v in vigils.values()), asyncio.to_thread(llm.start))
         await bot.start()
         urls = ", ".join(f"{name} {v.url}" for name, v in vigils.items())
@@ -606,6 +622,8 @@ async def run(args: argparse.Namespace, pipecat_python: Path, roots: dict[str, t
         await bot.stop()
         await asyncio.to_thread(llm.stop)
         await asyncio.gather(*(asyncio.to_thread(v.stop) for v in vigils.values()))
+        if vllm is not None:
+            await asyncio.to_thread(vllm.stop)
     report(turns, sources)
     print(f"\ntotal wall time {time.perf_counter() - started:.0f} s")
 
@@ -670,6 +688,8 @@ def main() -> None:
         help="threads of the peer's llama.cpp server. On the shared 2-core machine a separate llama.cpp process with "
              "2 threads collapses under load (A/B: first token 3.3 s, 11 tokens in 10 s) while 1 thread runs like "
              "Vigil's embedded engine does inside vigil serve (0.2 s, 1 s)")
+    parser.add_argument("--vllm", action="store_true",
+                        help="also serve the first checkout with a real vLLM as its LLM (vigil+vllm; make setup-vllm)")
     parser.add_argument("--bot-log-level", default="INFO", help="the pipecat bot's log level (DEBUG: its metrics)")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run on the current network (default: re-run in a loopback-only namespace)")
