@@ -53,6 +53,7 @@ import av
 import numpy as np
 
 from models.detectors import Detection, Detector, load_detector
+from models.detectors.yolo import YoloConfig
 from models.packaged import ModelNotAvailable
 from pipelines.clock import VirtualClock, WallClock
 from pipelines.protocol import SessionConfig, VideoSessionConfig
@@ -318,7 +319,7 @@ async def bench_imgsz(imgsz: int, opts: argparse.Namespace, clip: Path, frames: 
                       images: list[np.ndarray]) -> list[str]:
     import torch
 
-    detector = load_detector("yolo", imgsz=imgsz, device=opts.device, half=opts.device.startswith("cuda"))
+    detector = load_detector(YoloConfig(imgsz=imgsz, device=opts.device, half=opts.device.startswith("cuda")))
     mb, wait, seconds = opts.max_batch, opts.max_wait_ms, opts.seconds
 
     def raw(batch: int) -> Callable[[float], Awaitable[Rate]]:
