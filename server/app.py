@@ -71,6 +71,8 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None,
     _hold(app, services)
     for route in route_table(settings):  # every front-end's routes, as configured: one table, also /openapi.json's
         app.router.add_route(route.method, route.path, route.handler)
+        if route.head:
+            app.router.add_route("HEAD", route.path, route.handler)
     if services.redis is not None:
         app.on_cleanup.append(_close_redis)
     mount_v1_ingress(app, services.ingress)  # every /v1/ route: API keys or token, rate limit, size limits

@@ -157,7 +157,7 @@ async def drain(request: web.Request) -> web.Response:
 
 CLUSTER_ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/cluster/nodes", nodes, "The cluster's live nodes and their load", response=Nodes,
-          errors=(401, 503)),
+          errors=(401, 503), head=True),
     Route("POST", "/api/cluster/drain", drain, "Hand this node's sources over to other nodes, then stop taking "
           "new ones", response=Drained, errors=(401, 409, 503)),
 )

@@ -22,3 +22,4 @@ class Route:
     errors: tuple[int, ...] = ()
     content_type: str = "application/json"
     form_fields: tuple[str, ...] = ()  # a multipart/form-data body (no pydantic model): its field names
+    head: bool = False  # a GET that answers HEAD too (the /v1 and cluster GETs always have)

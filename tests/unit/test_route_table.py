@@ -43,3 +43,11 @@ def test_v1_routes_follow_the_config():
                                                  "speech": {"enabled": False}})))
     assert ("POST", "/v1/chat/completions") in on and ("POST", "/v1/audio/speech") in on
     assert not any(path.startswith("/v1/") for _, path in off)
+
+
+def test_the_gets_that_always_answered_head_still_do():
+    # aiohttp's add_get, which the /v1 and cluster modules used before the one table, also answers HEAD
+    table = route_table(load_settings(None, {"cluster": {"redis_url": "redis://127.0.0.1:1/0"}}))
+    head = {r.path for r in table if r.head}
+    assert all(r.method == "GET" for r in table if r.head)
+    assert {r.path for r in table if r.method == "GET" and r.path.startswith(("/v1/", "/api/cluster/"))} == head
