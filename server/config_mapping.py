@@ -3,7 +3,7 @@ pipeline or model takes from its section of ``Settings``. Every field is named o
 or added on one side fails here (and in ``tests/unit/test_config_mapping.py``), instead of being dropped by a
 name match. The lower layers' own defaults serve their direct callers (tests, benches); the server always
 passes every value from the config. A backend's config (``models.<kind>``) needs no function here: the backend
-module declares it and maps it itself (e.g. ``models/llm_backends/openai.py`` to the router's dataclasses).
+module declares it and maps it itself (e.g. ``models/llm/openai.py`` to the router's dataclasses).
 """
 
 from __future__ import annotations

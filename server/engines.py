@@ -18,8 +18,7 @@ from typing import Any, TypeVar
 
 from models.detectors import load_detector
 from models.embeddings import TextEmbedder
-from models.llm import LanguageModel
-from models.llm_backends import LANGUAGE_MODELS
+from models.llm import LANGUAGE_MODELS, LanguageModel
 from models.registry import BackendConfig, Registry
 from models.stt import SPEECH_TO_TEXT, SpeechToText
 from models.stt.batch import BatchedWhisper

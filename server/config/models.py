@@ -8,8 +8,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from models.detectors import DETECTORS
-from models.llm_backends import LANGUAGE_MODELS
-from models.llm_backends.openai import LlmRouting, LlmUpstream
+from models.llm import LANGUAGE_MODELS
+from models.llm.openai import LlmRouting, LlmUpstream
 from models.stt import SPEECH_TO_TEXT
 from models.tts import TEXT_TO_SPEECH
 from server.config.base import Section

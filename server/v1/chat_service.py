@@ -11,8 +11,8 @@ from typing import Any
 
 from models.embeddings import TextEmbedder
 from models.llm import LanguageModel, LlmRequestError, LlmUnavailable
+from models.llm.router import ANY_MODEL, RoutedLlm
 from models.packaged import ModelNotAvailable
-from models.router import ANY_MODEL, RoutedLlm
 from pipelines.errors import ApiError
 from pipelines.serving.cache import (
     InProcessExactCache,

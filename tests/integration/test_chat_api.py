@@ -16,7 +16,7 @@ import aiohttp
 import openai
 import pytest
 
-from models.llm import EmbeddedLlm
+from models.llm.embedded import EmbeddedLlm
 from server.state import CHAT_SERVICE
 from tests.support.llm_server import LlmServer
 from tests.support.ports import free_port

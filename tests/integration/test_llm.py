@@ -13,16 +13,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from models.llm import (
-    ChatMessage,
-    EmbeddedLlm,
-    LanguageModel,
-    LlmRequest,
-    LlmRequestError,
-    LlmUnavailable,
-    OpenAiLlm,
-    packaged_llm_path,
-)
+from models.llm import ChatMessage, LanguageModel, LlmRequest, LlmRequestError, LlmUnavailable
+from models.llm.embedded import EmbeddedLlm, packaged_llm_path
+from models.llm.openai_chat import OpenAiLlm
 from tests.support.llm_server import LlmServer
 
 FRANCE = [ChatMessage("user", "What is the capital of France?")]
@@ -220,7 +213,7 @@ async def test_embedded_errors() -> None:
 async def test_the_default_packaged_model_answers_through_its_chat_template() -> None:
     """The configured default (models.llm.weights, set up and hash-checked by scripts/setup.sh) loads and answers
     right with the voice loop's settings (its repetition penalty included)."""
-    from models.llm_backends.embedded import EmbeddedLlmConfig
+    from models.llm.embedded import EmbeddedLlmConfig
     from models.packaged import DEFAULT_LLM
 
     assert EmbeddedLlmConfig().weights == DEFAULT_LLM

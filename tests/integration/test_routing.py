@@ -18,7 +18,7 @@ from aiohttp import web
 from prometheus_client import REGISTRY
 
 from models.llm import ChatMessage, LlmRequest, LlmUnavailable
-from models.router import RoutedLlm, RoutingConfig, UpstreamConfig
+from models.llm.router import RoutedLlm, RoutingConfig, UpstreamConfig
 from server.config import load_settings
 from server.engines import Engines
 from tests.support.llm_server import LlmServer

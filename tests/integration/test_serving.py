@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models.embeddings import MiniLmEmbedder, TextEmbedder
-from models.llm import ChatMessage, EmbeddedLlm
+from models.llm import ChatMessage
+from models.llm.embedded import EmbeddedLlm
 from pipelines.serving.cache import (
     CachedCompletion,
     InProcessExactCache,

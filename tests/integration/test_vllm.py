@@ -22,7 +22,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from models.llm import ChatMessage, LlmRequest
-from models.router import RoutedLlm, RoutingConfig, UpstreamConfig
+from models.llm.router import RoutedLlm, RoutingConfig, UpstreamConfig
 from models.stt.whisper import WhisperStt
 from pipelines.voice.audio import OUT_RATE, resample_pcm
 from server.grpc_api import inference_pb2 as pb

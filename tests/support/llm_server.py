@@ -21,7 +21,8 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any, NoReturn, Self
 
-from models.llm import parse_prometheus, smollm2_path
+from models.llm.embedded import smollm2_path
+from models.llm.prometheus import parse_prometheus
 from tests.support.processes import ChildServer, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 # The child exits when its stdin closes, so it never outlives a crashed test run.
 _CHILD = """
 import sys, xllamacpp
-from models.llm import llama_server_params
+from models.llm.embedded import llama_server_params
 params = llama_server_params(sys.argv[1], n_ctx=int(sys.argv[2]), n_threads=int(sys.argv[3]))
 params.hostnames = ["127.0.0.1"]
 params.port = int(sys.argv[4])

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from models.llm_backends.openai import routing_config, upstream_configs
-from models.router import RoutingConfig, UpstreamConfig
+from models.llm.openai import routing_config, upstream_configs
+from models.llm.router import RoutingConfig, UpstreamConfig
 from pipelines.voice.loop import VoiceLoopConfig
 from server.config import LlmRouting, LlmUpstream, VoiceSettings, load_settings
 from server.config_mapping import VOICE_SETTINGS_NOT_PASSED, voice_loop_config

@@ -1,5 +1,6 @@
-"""One package per model kind (``models/detectors``, ``models/stt``, ``models/tts``): the protocol and the registry
-in the package's ``__init__``, each backend one module of the package holding its config, builder and code."""
+"""One package per model kind (``models/detectors``, ``models/stt``, ``models/llm``, ``models/tts``): the protocol
+and the registry in the package's ``__init__``, each backend one module of the package holding its config, builder
+and code."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import inspect
 import pytest
 
 import models.detectors
+import models.llm
 import models.stt
 import models.tts
+from models.llm.embedded import EmbeddedLlm
+from models.llm.openai_chat import OpenAiLlm
+from models.llm.router import RoutedLlm
 from models.stt.whisper import WhisperStt
 from models.tts.espeak import EspeakTts
 from models.tts.piper import PiperTts
@@ -18,6 +23,7 @@ from models.tts.piper import PiperTts
 @pytest.mark.parametrize(("package", "registry"), [
     (models.detectors, models.detectors.DETECTORS),
     (models.stt, models.stt.SPEECH_TO_TEXT),
+    (models.llm, models.llm.LANGUAGE_MODELS),
     (models.tts, models.tts.TEXT_TO_SPEECH),
 ])
 def test_every_backend_lives_in_its_kinds_package(package, registry):
@@ -33,6 +39,9 @@ def _parameters(function) -> list[tuple[str, object]]:
 
 
 @pytest.mark.parametrize(("protocol", "model"), [(models.stt.SpeechToText, WhisperStt),
+                                                 (models.llm.LanguageModel, EmbeddedLlm),
+                                                 (models.llm.LanguageModel, OpenAiLlm),
+                                                 (models.llm.LanguageModel, RoutedLlm),
                                                  (models.tts.TextToSpeech, PiperTts),
                                                  (models.tts.TextToSpeech, EspeakTts)])
 def test_the_backends_follow_their_kinds_protocol(protocol, model):

@@ -9,7 +9,7 @@ import av
 import pytest
 
 from models.llm import ChatMessage, LlmRequest
-from models.router import CostAware, LeastConnections, LeastLatency, ModelAffinity, Upstream, UpstreamConfig
+from models.llm.router import CostAware, LeastConnections, LeastLatency, ModelAffinity, Upstream, UpstreamConfig
 from models.stt.batch import FileSegment
 from pipelines.batch.formats import Transcript, as_text
 from pipelines.serving.content_filter import StreamingContentFilter

