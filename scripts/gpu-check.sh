@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU (e.g. one lent by the `device` tool): the packaged detector on CUDA in FP16
-# (models.detector.device: cuda:0, half: true), its images/s, then the cameras capacity figure of
-# bench/capacity.py --cameras with that detector, in minutes. Needs only this repo and the venv scripts/setup.sh
-# made; nothing is downloaded. Without nvidia-smi it says so and exits 0. Then, where a CUDA vLLM venv is there,
-# vLLM on the GPU beside the embedded LLM through Vigil's chat API (see the vLLM section below).
+# On a machine with an NVIDIA GPU (e.g. one lent by the `device` tool), in minutes:
+#   1. the packaged detector on CUDA finds what it finds on the CPU, FP32 and FP16, on real photos
+#      (tests/integration/test_cuda_detector.py, which CI skips: it has no GPU);
+#   2. bench/video.py on CUDA in FP16 (models.detector.device: cuda:0, half: true) beside the same bench on this
+#      host's CPU: pipeline fps ÷ raw detector fps, the batching gain, and frames/s per camera stream;
+#   3. bench/capacity.py --cameras with that detector, where the whole server stack is installed;
+#   4. vLLM on the GPU beside the embedded LLM, where a CUDA vLLM venv is there (see below).
+# Needs only this repo and the venv scripts/setup.sh made (VIGIL_PYTHON: another interpreter with the same
+# packages); nothing is downloaded. Without nvidia-smi it says so and exits 0.
 #   scripts/gpu-check.sh [N,N...]        cameras to try (default 1,8,16); GPU_CHECK_SECONDS: seconds per phase (8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,10 +18,10 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
-PY=.venv/bin/python
-[[ -x $PY ]] || { echo "gpu-check: $PY is missing: run scripts/setup.sh first" >&2; exit 1; }
-export YOLO_OFFLINE=1 YOLO_AUTOINSTALL=False  # DEVELOPERS.md: Ultralytics must never reach for the network
-"$PY" - <<'EOF' || { echo "gpu-check: torch sees no CUDA device (a CPU-only torch, or no driver)" >&2; exit 1; }
+PY=${VIGIL_PYTHON:-.venv/bin/python}
+command -v "$PY" >/dev/null || { echo "gpu-check: $PY is missing: run scripts/setup.sh first" >&2; exit 1; }
+export YOLO_OFFLINE=1 YOLO_AUTOINSTALL=False PYTHONUNBUFFERED=1  # DEVELOPERS.md: Ultralytics never reaches out
+"$PY" - <<'PYEOF' || { echo "gpu-check: torch sees no CUDA device (a CPU-only torch, or no driver)" >&2; exit 1; }
 import sys
 
 import torch
@@ -26,12 +30,25 @@ ok = torch.cuda.is_available()
 print(f"torch {torch.__version__} (CUDA {torch.version.cuda}): "
       + (torch.cuda.get_device_name(0) if ok else "no CUDA device"))
 sys.exit(0 if ok else 1)
-EOF
+PYEOF
+
+echo "== 1. CUDA detections vs CPU detections on real photos"
+"$PY" -m pytest -q -s -p no:cacheprovider --noconftest tests/integration/test_cuda_detector.py
+
+echo "== 2. the video pipeline on CUDA (FP16), then on this host's CPU"
+"$PY" -m bench.video --device cuda --imgsz 640 --seconds "${GPU_CHECK_SECONDS:-8}"
+"$PY" -m bench.video --device cpu --imgsz 640 --seconds "${GPU_CHECK_SECONDS:-8}"
 
 # Gated only (--no-ungated): the side-by-side ungated run would double the time; the zone-event reference still
 # comes from a short-lived ungated server. The voice loop's models stay on the CPU, as configured by default.
-"$PY" -m bench.capacity --cameras "${1:-1,8,16}" --seconds "${GPU_CHECK_SECONDS:-8}" --warmup 3 --turns 3 \
-  --detector-device cuda:0 --half --no-ungated
+echo "== 3. cameras capacity with the detector on CUDA"
+if "$PY" -c "import llama_cpp, faster_whisper, piper, lancedb" 2>/dev/null; then
+  "$PY" -m bench.capacity --cameras "${1:-1,8,16}" --seconds "${GPU_CHECK_SECONDS:-8}" --warmup 3 --turns 3 \
+    --detector-device cuda:0 --half --no-ungated
+else
+  echo "gpu-check: the server's voice and memory stack (llama_cpp, faster_whisper, piper, lancedb) is not" \
+    "installed for $PY: cameras capacity skipped (run scripts/setup.sh on this host)"
+fi
 
 # vLLM on the GPU (issue 25; written without a GPU, not yet run on one): Vigil's /v1/chat/completions with
 # models.llm.backend: openai pointed at a vLLM on cuda, beside the embedded backend: TTFT, TPOT and throughput at

@@ -20,15 +20,14 @@ import cv2
 import numpy as np
 import pytest
 
-from models.detectors import Detection
 from models.detectors.openvino import OpenVinoDetector, export_ir
 from models.detectors.yolo import UltralyticsDetector
+from tests.support.detections import Tolerance, assert_same_detections
 from tests.support.media import real_image
 
-TOLERANCE = {  # precision: (min IoU, max conf difference, max keypoint error, 90th-percentile keypoint error)
-    "f32": (0.99, 0.01, 0.01, 0.01),
-    "auto": (0.85, 0.03, 0.1, 0.02),
-}
+TOLERANCE = {"f32": Tolerance(min_iou=0.99, max_conf=0.01, max_keypoint=0.01),
+             "auto": Tolerance(min_iou=0.85, max_conf=0.03, max_keypoint=0.1)}
+KEYPOINT_P90 = {"f32": 0.01, "auto": 0.02}  # the 90th percentile of the keypoint errors
 
 
 @pytest.fixture(scope="session")
@@ -49,32 +48,6 @@ def _photos() -> list[np.ndarray]:
     return [bus, zidane, zidane[:, :640].copy()]
 
 
-def _iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
-    x1, y1, x2, y2 = max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])
-    inter = max(0.0, x2 - x1) * max(0.0, y2 - y1)
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union else 0.0
-
-
-def _assert_same(want: list[Detection], got: list[Detection], precision: str) -> list[float]:
-    """Asserts the tolerance of ``precision``; returns the keypoint errors compared."""
-    min_iou, max_conf, max_keypoint, _ = TOLERANCE[precision]
-    confident = [d for d in want if d.conf > 0.4]
-    assert confident, "the photo should show people"
-    assert sorted(d.label for d in confident) == sorted(d.label for d in got if d.conf > 0.4)
-    errors: list[float] = []
-    for expected in confident:
-        match = max(got, key=lambda d: _iou(d.box, expected.box))
-        assert _iou(match.box, expected.box) >= min_iou, (expected, match)
-        assert match.label == expected.label
-        assert abs(match.conf - expected.conf) <= max_conf, (expected.conf, match.conf)
-        assert expected.keypoints is not None and match.keypoints is not None
-        errors += [abs(k[0] - m[0]) + abs(k[1] - m[1])
-                   for k, m in zip(expected.keypoints, match.keypoints, strict=True) if k[2] > 0.5]
-    assert max(errors, default=0.0) <= max_keypoint, errors
-    return errors
-
-
 @pytest.mark.parametrize("precision", ["auto", "f32"])
 def test_openvino_finds_what_torch_finds_on_real_photos(ir_cache: Path, torch_detector: UltralyticsDetector,
                                                         precision: str):
@@ -87,11 +60,11 @@ def test_openvino_finds_what_torch_finds_on_real_photos(ir_cache: Path, torch_de
     # One photo per call (each its own minimal letterbox), then all in one batch of mixed shapes (square 640).
     for want, got in zip([torch_detector.detect([p])[0] for p in photos],
                          [detector.detect([p])[0] for p in photos], strict=True):
-        errors += _assert_same(want, got, precision)
+        errors += assert_same_detections(want, got, TOLERANCE[precision])
     for want, got in zip(torch_detector.detect(photos), detector.detect(photos), strict=True):
-        errors += _assert_same(want, got, precision)
+        errors += assert_same_detections(want, got, TOLERANCE[precision])
     assert len(errors) > 40  # keypoints were really compared
-    assert float(np.percentile(errors, 90)) <= TOLERANCE[precision][3]
+    assert float(np.percentile(errors, 90)) <= KEYPOINT_P90[precision]
     assert all(d.keypoints is not None and len(d.keypoints) == 17 for d in detector.detect(photos[:1])[0])
 
 
