@@ -9,6 +9,7 @@ the LLM router) are never pooled: each app builds and closes its own."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import threading
@@ -28,7 +29,9 @@ from models.turn import SmartTurnV3
 from models.vad import SileroVadModel
 from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import InferenceBatcher
-from pipelines.voice.loop import VoiceEngine, VoiceLoop, VoiceLoopConfig
+from pipelines.voice.config import VoiceLoopConfig
+from pipelines.voice.loop import VoiceEngine, VoiceLoop
+from pipelines.voice.recall import ContextProvider
 from server import config_mapping
 from server.config import Settings
 from server.media.sessions import Analyzers
@@ -84,6 +87,24 @@ def voice_loop_config(settings: Settings, origin: str) -> VoiceLoopConfig:
     return config_mapping.voice_loop_config(settings.voice, origin)
 
 
+class VoiceLoops:
+    """Makes each session's voice loop (``Analyzers.audio``): the app's voice models, the config for its origin,
+    and the app's memory as its ``recall`` when voice recall is on (``server.services`` gives it)."""
+
+    def __init__(self, engine: VoiceEngine, settings: Settings, recall: ContextProvider | None = None) -> None:
+        self.engine, self.settings, self.recall = engine, settings, recall
+
+    def __call__(self, origin: str, *, system_prompt: str | None = None) -> VoiceLoop:
+        """``system_prompt``: instead of ``voice.system_prompt`` (a gRPC conversation's own)."""
+        config = voice_loop_config(self.settings, origin)
+        if system_prompt:
+            config = dataclasses.replace(config, system_prompt=system_prompt)
+        return VoiceLoop(self.engine, config, recall=self.recall)
+
+    def with_recall(self, recall: ContextProvider) -> VoiceLoops:
+        return VoiceLoops(self.engine, self.settings, recall)
+
+
 class Engines:
     """The models of one app. ``analyzers`` (detector batcher, voice loop) are what every session needs: the app
     builds them at start-up (first access); the others (chat LLM and embedder, gRPC's STT, batch STT, TTS) when
@@ -123,7 +144,7 @@ class Engines:
     def _build_analyzers(self) -> Analyzers:
         settings = self.settings
         video: Callable[[], DetectorVideoAnalyzer] | None = None
-        audio: Callable[[str], VoiceLoop] | None = None
+        audio: VoiceLoops | None = None
         closers: list[Callable[[], Awaitable[None]]] = []
         if settings.models.detector.backend != "none":
             batcher = build_batcher(settings)
@@ -131,7 +152,7 @@ class Engines:
             closers.append(batcher.close)
         if settings.voice.enabled:
             engine = self.voice_engine()
-            audio = lambda origin: VoiceLoop(engine, voice_loop_config(settings, origin))  # noqa: E731
+            audio = VoiceLoops(engine, settings)
             closers.append(engine.close)
         return Analyzers(video=video, audio=audio, closers=closers)
 

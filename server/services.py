@@ -4,18 +4,20 @@ attribute on another service afterwards: what a service needs is an argument of 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from pipelines.memory.index import MemoryIndex
+from pipelines.voice.recall import ContextProvider
 from server.cluster.node import ClusterNode
 from server.config import Settings
-from server.engines import Engines, ModelPool
+from server.engines import Engines, ModelPool, VoiceLoops
 from server.grpc_api.service import GrpcServer, build_grpc
 from server.media.sessions import Analyzers, SessionRegistry
 from server.media.sources import SourceManager
 from server.store.events import Timeline, build_timeline
-from server.store.memory import build_memory, document_retriever, with_recall
+from server.store.memory import build_memory, document_retriever, voice_recall
 from server.v1.audio import build_audio
 from server.v1.audio_services import AudioServices
 from server.v1.chat_service import ChatService
@@ -50,7 +52,7 @@ def build_services(settings: Settings, analyzers: Analyzers | None = None,
     redis = open_redis(settings)
     timeline = build_timeline(settings)
     memory = build_memory(settings, engines)
-    session_analyzers = with_recall(settings, engines.analyzers, memory)
+    session_analyzers = with_voice_recall(engines.analyzers, voice_recall(settings, memory))
     sessions = SessionRegistry(settings, session_analyzers, timeline.recorders)
     sources = SourceManager(settings, session_analyzers, timeline.recorders)
     chat = ChatService(settings, engines, redis, document_retriever(settings, memory))
@@ -61,3 +63,11 @@ def build_services(settings: Settings, analyzers: Analyzers | None = None,
         disconnects=DisconnectWatcher(settings.api.disconnect_poll_s), ingress=V1Ingress(settings, redis),
         audio=build_audio(settings, engines), cluster=cluster, grpc=build_grpc(settings, engines, chat),
     )
+
+
+def with_voice_recall(analyzers: Analyzers, recall: ContextProvider | None) -> Analyzers:
+    """The session analysers: with voice recall, new ones whose voice loops are built with the memory as their
+    ``recall``; else the engines' own. The engines' stay as they were built (gRPC conversations use them)."""
+    if recall is None or not isinstance(analyzers.audio, VoiceLoops):
+        return analyzers
+    return dataclasses.replace(analyzers, audio=analyzers.audio.with_recall(recall))

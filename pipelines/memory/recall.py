@@ -15,7 +15,7 @@ from models.llm import ChatMessage
 from pipelines.memory.entries import SearchFilters, SearchHit
 from pipelines.memory.index import MemoryIndex
 from pipelines.memory.store import STOPWORDS
-from pipelines.voice.loop import PromptContext
+from pipelines.voice.recall import PromptContext
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def fit_entries(hits: Sequence[SearchHit], max_entries: int, max_tokens: int, no
 
 
 class MemoryRecall:
-    """A voice loop's ``context_provider``."""
+    """A voice loop's memory (``pipelines.voice.recall.ContextProvider``)."""
 
     KINDS = ("transcript", "event", "scene", "alert")
 
@@ -114,9 +114,9 @@ class MemoryRecall:
         said = text.strip().lower()
         hits = [h for h in hits if h.entry.text.strip().lower() != said]  # not the question itself
         lines = fit_entries(hits, self.max_entries, self.max_tokens, time.time())
-        metrics = {"memory_retrieval_ms": round((time.perf_counter() - started) * 1000.0, 1),
-                   "memory_entries": len(lines)}
+        retrieval_ms = round((time.perf_counter() - started) * 1000.0, 1)
         if not lines:
-            return PromptContext("Nothing in memory matches this question about the past.", metrics)
+            return PromptContext("Nothing in memory matches this question about the past.",
+                                 memory_retrieval_ms=retrieval_ms, memory_entries=0)
         return PromptContext("What you remember (most relevant first; answer from it and say when):\n"
-                             + "\n".join(lines), metrics)
+                             + "\n".join(lines), memory_retrieval_ms=retrieval_ms, memory_entries=len(lines))

@@ -1,4 +1,5 @@
-"""Audio plumbing for the voice loop: one resampler to 16 kHz mono on the way in, and the reply track out."""
+"""Audio plumbing for the voice loop: one resampler to 16 kHz mono on the way in (and a watch for a digitally
+silent track), and the reply track out."""
 
 from __future__ import annotations
 
@@ -26,6 +27,27 @@ class InputResampler:
         frame.pts = None  # the resampler keeps its own timeline; WebRTC timestamps can jump
         chunks = [f.to_ndarray().reshape(-1) for f in self._resampler.resample(frame)]
         return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
+
+
+class SilenceWatch:
+    """Notices a digitally silent input track (a muted microphone sends zeros): true once per silent stretch of
+    ``limit_s``."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self._silent_s = 0.0
+        self._reported = False
+
+    def silent_too_long(self, samples: np.ndarray) -> bool:
+        """``samples``: float32 at 16 kHz, in order."""
+        if samples.size and np.abs(samples).max() > 1e-4:
+            self._silent_s, self._reported = 0.0, False
+            return False
+        self._silent_s += samples.size / VAD_RATE
+        if self._silent_s >= self.limit_s and not self._reported:
+            self._reported = True
+            return True
+        return False
 
 
 def resample_pcm(pcm: np.ndarray, rate: int, target: int = OUT_RATE) -> np.ndarray:

@@ -1,15 +1,32 @@
-"""Turn detection from per-frame VAD probabilities: start after enough speech, end after enough silence.
+"""Turn taking: who holds the floor, frame by frame.
 
-The silence that ends a turn on its own is ``end_silence_ms`` (with semantic turn detection, the cap for a turn
-the model called unfinished); the voice loop may end a turn sooner with :meth:`Endpointer.end_now`.
+:class:`Endpointer` decides from per-frame VAD probabilities: a turn starts after enough speech and ends after
+enough silence. The silence that ends a turn on its own is ``end_silence_ms`` (with semantic turn detection, the
+cap for a turn the model called unfinished); the voice loop may end a turn sooner with :meth:`Endpointer.end_now`.
+:class:`TurnTaking` is the voice loop's part built on it: echo gating while our reply plays, the pause and
+resume edges the loop decodes and speculates on, and ``smart-turn``'s question to the turn model (is the user
+finished?) after a short silence, checked against the words (:func:`sounds_unfinished`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from models.turn import TurnDetector
+    from pipelines.voice.config import VoiceLoopConfig
+    from pipelines.voice.metrics import EndOfTurn, TurnMetricsBuilder
+
+log = logging.getLogger(__name__)
 
 FRAME_SAMPLES = 512  # Silero's frame at 16 kHz: 32 ms
 FRAME_MS = FRAME_SAMPLES / 16.0
@@ -135,3 +152,87 @@ def sounds_unfinished(text: str) -> bool:
     if not words:
         return False
     return words[-1] in _UNFINISHED_LAST_WORDS or _AWAITING_CLAUSE.search(" ".join(words)) is not None
+
+
+ECHO_TAIL_S = 0.4  # room reverberation after our reply stops still reaches the microphone
+
+
+class TurnTaking:
+    """The voice loop's endpointing: an :class:`Endpointer` fed with echo gating (``voice.echo_gating``: no user
+    speech while our reply plays, nor for ``ECHO_TAIL_S`` after), the edges of the user's speech (``went_quiet``,
+    ``resumed``) and, with ``smart-turn``, the turn model's verdict on a pause (:meth:`finished`)."""
+
+    def __init__(self, config: VoiceLoopConfig, model: TurnDetector | None, executor: Executor, *,
+                 reply_playing: Callable[[], bool]) -> None:
+        self.smart = config.turn_detection == "smart-turn" and model is not None
+        end_silence = config.turn_max_silence_ms if self.smart else config.end_of_turn_silence_ms
+        self.endpointer = Endpointer(threshold=config.vad_threshold, min_speech_ms=config.min_speech_ms,
+                                     end_silence_ms=end_silence, max_turn_s=config.max_turn_s)
+        self._model, self._executor = model, executor
+        self._echo_gating = config.echo_gating
+        self._check_silence_ms = config.turn_check_silence_ms
+        self._threshold = config.turn_threshold
+        self._reply_playing = reply_playing
+        self._last_played = 0.0
+        self._was_speech = False
+        self._checked_frames = -1  # speech frames of the turn when the turn model was last asked
+        self.went_quiet = False  # this frame is the first quiet one after speech
+        self.resumed = False  # this frame is the first speech after a quiet one
+
+    @property
+    def speaking(self) -> bool:
+        return self.endpointer.last_frame_speech
+
+    @property
+    def speech_frames(self) -> int:
+        return self.endpointer.speech_frames
+
+    def push(self, frame: np.ndarray, probability: float) -> TurnStarted | TurnEnded | None:
+        event = self.endpointer.push(frame, probability, gated=self._gated())
+        speech = self.endpointer.last_frame_speech
+        self.went_quiet, self.resumed = self._was_speech and not speech, speech and not self._was_speech
+        self._was_speech = speech
+        if isinstance(event, TurnStarted):
+            self._checked_frames = -1
+        return event
+
+    def how(self, ended: TurnEnded) -> EndOfTurn:
+        """What ended a turn the endpointer ended (``TurnMetrics.end_of_turn``)."""
+        return "max_turn" if ended.truncated else "silence_cap" if self.smart else "silence"
+
+    def end_now(self) -> TurnEnded:
+        return self.endpointer.end_now()
+
+    def _gated(self) -> bool:
+        if not self._echo_gating:
+            return False
+        if self._reply_playing():
+            self._last_played = time.perf_counter()
+            return True
+        return time.perf_counter() - self._last_played < ECHO_TAIL_S
+
+    def check_due(self) -> tuple[int, np.ndarray] | None:
+        """With ``smart-turn``, once per stretch of speech after ``turn_check_silence_ms`` of silence: the speech
+        frames and audio of the turn so far, for :meth:`finished`; else None."""
+        endpointer = self.endpointer
+        if not self.smart or endpointer.silence_ms < self._check_silence_ms \
+                or self._checked_frames == endpointer.speech_frames:
+            return None
+        self._checked_frames = endpointer.speech_frames
+        return endpointer.speech_frames, endpointer.turn_audio()
+
+    async def finished(self, audio: np.ndarray, metrics: TurnMetricsBuilder, *, still_quiet: Callable[[], bool],
+                       words_unfinished: Callable[[], Awaitable[bool]]) -> bool:
+        """Whether the turn model (on its own thread) finds the turn complete while the user is ``still_quiet``,
+        and its words do not say otherwise (``words_unfinished``: "Could you tell me?"); records its score."""
+        assert self._model is not None
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        try:
+            score = await loop.run_in_executor(self._executor, self._model.completion, audio)
+        except Exception:
+            log.exception("turn model failed; the silence cap ends this turn")
+            return False
+        metrics.turn_score = round(score, 3)
+        metrics.turn_model_ms = round((time.perf_counter() - started) * 1000.0, 1)
+        return still_quiet() and score >= self._threshold and not await words_unfinished() and still_quiet()

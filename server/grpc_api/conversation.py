@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import time
@@ -81,8 +80,6 @@ class Conversation:
     def __init__(self, settings: Settings, voice: VoiceLoop, config: pb.ConversationConfig) -> None:
         self.settings = settings
         self.id = uuid.uuid4().hex[:12]
-        if config.system_prompt:
-            voice.config = dataclasses.replace(voice.config, system_prompt=config.system_prompt)
         if config.output_sample_rate and not 8000 <= config.output_sample_rate <= 192000:
             raise BadAudio(f"output_sample_rate must be between 8000 and 192000, got {config.output_sample_rate}")
         self.output_rate = config.output_sample_rate or OUT_RATE

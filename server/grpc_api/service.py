@@ -27,9 +27,8 @@ from aiohttp import web
 
 from models.stt import SpeechToText
 from pipelines.errors import ApiError
-from pipelines.voice.loop import VoiceLoop
 from server.config import Settings
-from server.engines import Engines
+from server.engines import Engines, VoiceLoops
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
 from server.grpc_api.audio import BadAudio, PcmDecoder, decode_container, encoding_of
@@ -156,10 +155,11 @@ class InferenceService(pb_grpc.InferenceServiceServicer):
             config = pb.ConversationConfig()
             if first is not None and first.WhichOneof("input") == "config":
                 config, first = first.config, None
-            voice = self.analyzers.audio("grpc")
-            if not isinstance(voice, VoiceLoop):
-                await voice.close()
+            voice_loops = self.analyzers.audio
+            if not isinstance(voice_loops, VoiceLoops):
                 raise ApiError("voice_disabled", "this server has no voice loop configured")
+            # The conversation's own prompt is the loop's config from the start (nothing is changed afterwards).
+            voice = voice_loops("grpc", system_prompt=config.system_prompt or None)
             try:
                 conversation = Conversation(self.settings, voice, config)
             except BadAudio:

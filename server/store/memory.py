@@ -30,7 +30,6 @@ from server.config import Settings
 from server.engines import Engines
 from server.http.errors import ApiError, read_body, validate_json
 from server.http.route import Route
-from server.media.sessions import Analyzers
 from server.state import MEMORY, MEMORY_CATCH_UP, SETTINGS
 from server.v1.chat_service import DocumentRetriever
 
@@ -68,23 +67,14 @@ def build_memory(settings: Settings, engines: Engines) -> MemoryIndex | None:
     return build_index(settings, engines.embedder) if settings.memory.enabled else None
 
 
-def with_recall(settings: Settings, analyzers: Analyzers, index: MemoryIndex | None) -> Analyzers:
-    """The session analysers whose voice loops recall from memory (``memory.voice``): new ones; the engines'
-    own stay as they were built."""
+def voice_recall(settings: Settings, index: MemoryIndex | None) -> MemoryRecall | None:
+    """What voice loops ask the memory before each answer (``memory.voice``), when memory is on; ``build_services``
+    builds the session voice loops with it."""
     config = settings.memory.voice
-    if index is None or not config.enabled or analyzers.audio is None:
-        return analyzers
-    make_audio = analyzers.audio
-    recall = MemoryRecall(index, max_entries=config.max_entries, max_tokens=config.max_tokens,
-                          timeout_s=config.timeout_s)
-
-    def audio_with_recall(origin: str) -> Any:
-        analyzer = make_audio(origin)
-        if hasattr(analyzer, "context_provider"):
-            analyzer.context_provider = recall  # the loop this factory just made, before anyone uses it
-        return analyzer
-
-    return dataclasses.replace(analyzers, audio=audio_with_recall)
+    if index is None or not config.enabled:
+        return None
+    return MemoryRecall(index, max_entries=config.max_entries, max_tokens=config.max_tokens,
+                        timeout_s=config.timeout_s)
 
 
 def document_retriever(settings: Settings, index: MemoryIndex | None) -> DocumentRetriever | None:

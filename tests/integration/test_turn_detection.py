@@ -142,9 +142,9 @@ async def test_speculative_reply_to_a_turn_that_goes_on_is_never_heard(vigil):
         call.mic.say(before)
         loop = _session_loop(server)
         async with asyncio.timeout(60):  # until a speculative reply holds its first audio, unheard
-            while loop._speculation is None or not loop._speculation.audio_held.is_set():  # noqa: ASYNC110
+            while loop._speculator.current is None or not loop._speculator.current.audio_held.is_set():  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
-        held = loop._speculation
+        held = loop._speculator.current
         assert "tomorrow" not in held.text.lower()
         await asyncio.sleep(0.5)
         assert call.recorder.first_loud() is None, "the held speculative reply was heard"

@@ -282,7 +282,7 @@ async def test_a_reminder_is_acknowledged_kept_and_recalled(vigil):
         call.mic.say(speech("What did I ask you to remember?"))
         recalled = await call.turn(3)
         assert {"buy", "milk", "work"} <= _words(recalled["reply"]), recalled
-        assert _session_loop(server)._reminders == ["to buy some milk after work"]
+        assert _session_loop(server).recall.reminders == ["to buy some milk after work"]
 
 
 async def test_a_reminder_is_recalled_from_memory_in_a_later_session(vigil, tmp_path: Path):
