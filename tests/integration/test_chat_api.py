@@ -8,7 +8,6 @@ Cancellation is checked on what llama.cpp reports (tokens predicted, requests in
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 
 from models.llm.embedded import EmbeddedLlm
 from server.state import CHAT_SERVICE
-from tests.support.llm_server import LlmServer
+from tests.support.llm_server import LlmServer, wait_idle
 from tests.support.ports import free_port
 from tests.support.redis_server import RedisServer
 from tests.support.scripted_llm import ScriptedLlmForTest
@@ -41,15 +40,6 @@ def embedded_llm(server: Any) -> EmbeddedLlm:
     pipeline = server.app[CHAT_SERVICE].pipeline_if_loaded
     assert pipeline is not None and isinstance(pipeline.llm, EmbeddedLlm)
     return pipeline.llm
-
-
-async def wait_idle(llm: EmbeddedLlm, deadline_s: float = 60.0) -> dict[str, float]:
-    end = time.monotonic() + deadline_s
-    while True:
-        metrics = await asyncio.to_thread(llm.backend_metrics)
-        if metrics["requests_processing"] == 0 or time.monotonic() > end:
-            return metrics
-        await asyncio.sleep(0.05)
 
 
 async def metric(server: Any, line_prefix: str) -> float:
@@ -111,7 +101,7 @@ async def test_disconnect_cancels_generation(vigil) -> None:
     await client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=1)  # loads the model
     llm = embedded_llm(server)
     disconnected = 'vigil_api_chat_requests_total{outcome="disconnected"}'
-    before, disconnects = await wait_idle(llm), await metric(server, disconnected)
+    before, disconnects = await wait_idle(llm.backend_metrics), await metric(server, disconnected)
 
     stream = await client.chat.completions.create(model=MODEL, messages=STORY, max_tokens=300, temperature=0,
                                                   stream=True)
@@ -120,7 +110,7 @@ async def test_disconnect_cancels_generation(vigil) -> None:
             assert (await asyncio.to_thread(llm.backend_metrics))["requests_processing"] == 1
             break
     await stream.close()  # drops the connection
-    after = await wait_idle(llm)
+    after = await wait_idle(llm.backend_metrics)
     assert after["requests_processing"] == 0
     assert 1 <= after["tokens_predicted_total"] - before["tokens_predicted_total"] < 40
     assert await metric(server, disconnected) == disconnects + 1
@@ -129,7 +119,7 @@ async def test_disconnect_cancels_generation(vigil) -> None:
     impatient = client_for(server, timeout=0.5)
     with pytest.raises(openai.APITimeoutError):
         await impatient.chat.completions.create(model=MODEL, messages=STORY, max_tokens=300, temperature=0)
-    final = await wait_idle(llm)
+    final = await wait_idle(llm.backend_metrics)
     assert final["tokens_predicted_total"] - after["tokens_predicted_total"] < 150
     assert await metric(server, disconnected) == disconnects + 2
     await client.close()
@@ -274,7 +264,7 @@ async def test_exact_cache_hit_on_repeated_deterministic_request(vigil) -> None:
     first = await client.chat.completions.with_raw_response.create(**ask)
     assert first.headers["x-vigil-cache"] == "miss"
     llm = embedded_llm(server)
-    predicted = (await wait_idle(llm))["tokens_predicted_total"]
+    predicted = (await wait_idle(llm.backend_metrics))["tokens_predicted_total"]
     exact_hits = await metric(server, 'vigil_api_cache_total{result="exact"}')
     second = await client.chat.completions.with_raw_response.create(**ask)
     assert second.headers["x-vigil-cache"] == "exact"
@@ -284,7 +274,7 @@ async def test_exact_cache_hit_on_repeated_deterministic_request(vigil) -> None:
     stream = await client.chat.completions.create(**ask, stream=True)  # a stream is served from it too
     assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == (
         first.parse().choices[0].message.content)
-    assert (await wait_idle(llm))["tokens_predicted_total"] == predicted  # nothing was generated
+    assert (await wait_idle(llm.backend_metrics))["tokens_predicted_total"] == predicted  # nothing was generated
     assert await metric(server, 'vigil_api_cache_total{result="exact"}') == exact_hits + 2
 
     other = await client.chat.completions.with_raw_response.create(**{**ask, "max_tokens": 15})
@@ -308,11 +298,11 @@ async def test_semantic_cache_hits_a_paraphrase_and_misses_an_unrelated_question
     cache, original = await ask("What is the capital of France?")
     assert cache == "miss"
     llm = embedded_llm(server)
-    before = await wait_idle(llm)
+    before = await wait_idle(llm.backend_metrics)
     cache, paraphrase = await ask("What's France's capital?")
     assert cache == "semantic"
     # The generation started speculatively beside the embedding lookup was dropped, not left running.
-    after = await wait_idle(llm)
+    after = await wait_idle(llm.backend_metrics)
     assert after["requests_processing"] == 0
     assert after["tokens_predicted_total"] - before["tokens_predicted_total"] < 16
     assert paraphrase.choices[0].message.content == original.choices[0].message.content

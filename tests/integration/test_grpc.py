@@ -27,7 +27,7 @@ from server.grpc_api import inference_pb2_grpc as pb_grpc
 from server.grpc_api.generate import GENERATED, generate
 from server.state import GRPC_SERVER
 from tests.support.audio import silence, speech
-from tests.support.llm_server import LlmServer
+from tests.support.llm_server import LlmServer, wait_idle
 from tests.support.ports import free_port
 from tests.support.speech_files import wav_bytes
 from tests.support.vigil_process import VigilProcess
@@ -112,19 +112,10 @@ async def test_predict_and_stream_predict(vigil, upstream):
         assert chat.usage.prompt_tokens != unary.usage.prompt_tokens and "Paris" in chat.text
 
 
-async def wait_idle(upstream: LlmServer, deadline_s: float = 60.0) -> dict[str, float]:
-    end = time.monotonic() + deadline_s
-    while True:
-        metrics = await asyncio.to_thread(upstream.metrics)
-        if metrics["requests_processing"] == 0 or time.monotonic() > end:
-            return metrics
-        await asyncio.sleep(0.05)
-
-
 async def test_cancelling_stream_predict_aborts_the_upstream_generation(vigil, upstream):
     server = await start(vigil, upstream)
     async with client(server) as stub:
-        before = await wait_idle(upstream)
+        before = await wait_idle(upstream.metrics)
         call = stub.StreamPredict(pb.PredictRequest(prompt="Write a long story about a dragon.", max_tokens=300))
         received = 0
         async for _ in call:
@@ -132,7 +123,7 @@ async def test_cancelling_stream_predict_aborts_the_upstream_generation(vigil, u
             if received == 2:
                 break
         call.cancel()
-        after = await wait_idle(upstream)
+        after = await wait_idle(upstream.metrics)
         assert after["requests_processing"] == 0
         generated = after["tokens_predicted_total"] - before["tokens_predicted_total"]
         assert 2 <= generated < 30, generated  # far from the 300 asked for

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from models.llm import ChatMessage, LanguageModel, LlmRequest, LlmRequestError, LlmUnavailable
 from models.llm.embedded import EmbeddedLlm, packaged_llm_path
 from models.llm.openai_chat import OpenAiLlm
-from tests.support.llm_server import LlmServer
+from tests.support.llm_server import LlmServer, wait_idle
 
 FRANCE = [ChatMessage("user", "What is the capital of France?")]
 LONG_ANSWER = [ChatMessage("user", "Write a long story about a dragon.")]
@@ -39,16 +38,6 @@ def http_server() -> Iterator[LlmServer]:
 async def collect(llm: LanguageModel, request: LlmRequest) -> list[str]:
     async with contextlib.aclosing(llm.stream(request)) as deltas:
         return [delta async for delta in deltas]
-
-
-async def wait_idle(metrics: Callable[[], dict[str, float]], deadline_s: float = 60.0) -> dict[str, float]:
-    """Poll a backend's metrics until no request is in flight (the deadline only guards against a hang)."""
-    end = time.monotonic() + deadline_s
-    while True:
-        m = await asyncio.to_thread(metrics)
-        if m["requests_processing"] == 0 or time.monotonic() > end:
-            return m
-        await asyncio.sleep(0.05)
 
 
 async def test_embedded_streams_a_deterministic_answer_incrementally(embedded: EmbeddedLlm) -> None:

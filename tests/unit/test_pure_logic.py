@@ -9,6 +9,7 @@ import av
 import pytest
 
 from models.llm import ChatMessage, LlmRequest
+from models.llm.prometheus import parse_prometheus
 from models.llm.router import CostAware, LeastConnections, LeastLatency, ModelAffinity, Upstream, UpstreamConfig
 from models.stt.batch import FileSegment
 from pipelines.batch.formats import Transcript, as_text
@@ -130,3 +131,15 @@ def test_subtitle_cues_are_ordered_non_empty_and_escaped():
         "2\n00:00:01,000 --> 00:00:01,001\nA < B & C\n\n"  # never before the previous end, at least 1 ms long
     )
     assert as_text(transcript, "vtt").endswith("00:00:01.000 --> 00:00:01.001\nA &lt; B &amp; C\n\n")
+
+
+# ---------------------------------------------------------------- an LLM server's /metrics
+
+
+def test_prometheus_text_is_summed_over_label_sets_with_the_servers_prefix_stripped():
+    llama_cpp = ("# HELP llamacpp:tokens_predicted_total Tokens\nllamacpp:tokens_predicted_total 12\n"
+                 "llamacpp:requests_processing 1\n")
+    assert parse_prometheus(llama_cpp) == {"tokens_predicted_total": 12.0, "requests_processing": 1.0}
+    vllm = ('vllm:num_requests_running{engine="0",model_name="m"} 1.0\n'
+            'vllm:num_requests_running{engine="1",model_name="m"} 2.0\n')
+    assert parse_prometheus(vllm, "") == {"vllm:num_requests_running": 3.0}
