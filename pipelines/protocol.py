@@ -32,7 +32,8 @@ class _Outbound(BaseModel):
 
 Point = tuple[Annotated[float, Field(ge=0, le=1)], Annotated[float, Field(ge=0, le=1)]]
 # Fields a spoken-alert template may use: plain names only (no attribute or index access, no format specs).
-ANNOUNCE_FIELDS = frozenset({"zone", "line", "label", "track_id", "direction", "source", "event"})
+ANNOUNCE_FIELDS = frozenset({"zone", "line", "label", "track_id", "direction", "source", "event", "identity",
+                             "plate"})
 
 
 def _check_announce(template: str | None) -> str | None:
@@ -53,7 +54,8 @@ def _check_announce(template: str | None) -> str | None:
 class _Announced(BaseModel):
     announce: str | None = Field(None, min_length=1, max_length=300, description=(
         "Spoken on the session's reply track when an object enters the zone (crosses the line), e.g. "
-        "'Someone entered the {zone}'. Fields: zone, line, label, track_id, direction, source, event."))
+        "'Someone entered the {zone}', '{identity} is at the door'. Fields: zone, line, label, track_id, direction, "
+        "source, event, identity (the enrolled name, else 'someone'), plate (its name, else its text)."))
     announce_cooldown_s: float = Field(30.0, ge=0, le=86400, description="At most one alert per this many seconds.")
 
     @field_validator("announce")
@@ -168,6 +170,21 @@ class Hello(ServerMessage):
     models: dict[str, str] = Field(default_factory=dict, description="Stage -> model/backend name.")
 
 
+class Identity(_Outbound):
+    """Who a tracked person is (``video.faces``): an enrolled name, or null for a face that matches nobody."""
+
+    name: str | None = Field(description="The enrolled person's name; null: a face seen that matches nobody.")
+    score: float = Field(description="Cosine similarity to the best-matching enrolled face.")
+
+
+class PlateReading(_Outbound):
+    """A vehicle track's best licence-plate reading (``video.plates``)."""
+
+    text: str = Field(description="Upper-case letters and digits (spaces and dashes dropped).")
+    score: float = Field(description="The text reader's confidence, 0..1.")
+    name: str | None = Field(None, description="The name of a known plate (video.plates.known).")
+
+
 class DetectedObject(_Outbound):
     label: str
     class_id: int
@@ -175,6 +192,8 @@ class DetectedObject(_Outbound):
     box: tuple[float, float, float, float] = Field(description="x1, y1, x2, y2 normalised to 0..1.")
     track_id: int | None = None
     keypoints: list[tuple[float, float, float]] | None = Field(None, description="x, y (0..1), confidence.")
+    identity: Identity | None = Field(None, description="A person's face, once looked at (video.faces).")
+    plate: PlateReading | None = Field(None, description="A vehicle's best plate reading (video.plates).")
 
 
 class Detections(ServerMessage):
@@ -208,20 +227,25 @@ class Reply(ServerMessage):
 # ---------------------------------------------------------------- event payloads (``event.data`` by ``event.name``)
 
 
-class ZoneEnter(_Outbound):
+class _Known(_Outbound):
+    identity: Identity | None = Field(None, description="Who the track is (video.faces), when known.")
+    plate: PlateReading | None = Field(None, description="The track's plate (video.plates), when read.")
+
+
+class ZoneEnter(_Known):
     zone: str
     track_id: int
     label: str
 
 
-class ZoneExit(_Outbound):
+class ZoneExit(_Known):
     zone: str
     track_id: int
     label: str
     dwell_s: float = Field(description="Seconds the track spent inside (media time).")
 
 
-class LineCross(_Outbound):
+class LineCross(_Known):
     line: str
     track_id: int
     label: str
@@ -242,7 +266,7 @@ class SourceStateChange(_Outbound):
 
 # name -> the model of its ``data``; a new event name is one line here plus its model (config: the session's new
 # effective config, after a client's ``config`` message).
-class ObjectAppeared(_Outbound):
+class ObjectAppeared(_Known):
     """First sighting of a track whose label has a ``storage.appear`` rule."""
 
     label: str
@@ -402,6 +426,7 @@ def json_schema() -> dict[str, Any]:
 def _type_name(annotation: Any) -> str:
     text = getattr(annotation, "__name__", None) if getattr(annotation, "__args__", None) is None else None
     text = text or str(annotation).replace("typing.", "").replace("NoneType", "None")
+    text = text.replace("__main__.", "").replace("pipelines.protocol.", "")  # a model of ours: its name alone
     return text.replace(" | ", " or ")  # a bare '|' would split the markdown table's cell
 
 

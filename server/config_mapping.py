@@ -8,11 +8,16 @@ module declares it and maps it itself (e.g. ``models/llm/openai.py`` to the rout
 
 from __future__ import annotations
 
+from pipelines.video.faces import FaceSettings
+from pipelines.video.plates import PlateSettings
 from pipelines.voice.loop import VoiceLoopConfig
 from server.config import VoiceSettings
+from server.config.faces import FacesSettings, PlatesSettings
 
 # Settings fields deliberately not passed down, per boundary (each with its reason).
 VOICE_SETTINGS_NOT_PASSED = {"enabled": "decides whether the loop is built at all (server.engines)"}
+FACES_SETTINGS_NOT_PASSED = {"model": "the face model's own config (server.engines builds it)"}
+PLATES_SETTINGS_NOT_PASSED = {"model": "the text reader's own config (server.engines builds it)"}
 
 
 def voice_loop_config(voice: VoiceSettings, origin: str) -> VoiceLoopConfig:
@@ -43,3 +48,16 @@ def voice_loop_config(voice: VoiceSettings, origin: str) -> VoiceLoopConfig:
         silent_track_s=voice.silent_track_s,
         reply_burst_ms=voice.reply_burst_ms,
     )
+
+
+def face_settings(faces: FacesSettings) -> FaceSettings:
+    """``video.faces`` -> face recognition (``pipelines.video.faces``)."""
+    return FaceSettings(enabled=faces.enabled, threshold=faces.threshold, interval_s=faces.interval_s,
+                        max_per_frame=faces.max_per_frame, min_face_px=faces.min_face_px, labels=tuple(faces.labels))
+
+
+def plate_settings(plates: PlatesSettings) -> PlateSettings:
+    """``video.plates`` -> plate reading (``pipelines.video.plates``)."""
+    return PlateSettings(enabled=plates.enabled, labels=tuple(plates.labels), interval_s=plates.interval_s,
+                         max_per_frame=plates.max_per_frame, min_score=plates.min_score,
+                         settle_score=plates.settle_score, known=dict(plates.known))

@@ -19,7 +19,9 @@ from typing import Any, TypeVar
 
 from models.detectors import load_detector
 from models.embeddings import TextEmbedder
+from models.faces import FACE_MODELS
 from models.llm import LANGUAGE_MODELS, LanguageModel
+from models.plates import TEXT_READERS
 from models.registry import BackendConfig, Registry
 from models.stt import SPEECH_TO_TEXT, SpeechToText
 from models.stt.batch import BatchedWhisper
@@ -29,6 +31,8 @@ from models.turn import SmartTurnV3
 from models.vad import SileroVadModel
 from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import InferenceBatcher
+from pipelines.video.faces import FaceGallery, FaceRecognizer, StreamFaces
+from pipelines.video.plates import PlateReader, StreamPlates
 from pipelines.voice.config import VoiceLoopConfig
 from pipelines.voice.loop import VoiceEngine, VoiceLoop
 from pipelines.voice.recall import ContextProvider
@@ -148,7 +152,8 @@ class Engines:
         closers: list[Callable[[], Awaitable[None]]] = []
         if settings.models.detector.backend != "none":
             batcher = build_batcher(settings)
-            video = lambda: DetectorVideoAnalyzer(batcher)  # noqa: E731
+            annotators = self._annotators()
+            video = lambda: DetectorVideoAnalyzer(batcher, [make() for make in annotators])  # noqa: E731
             closers.append(batcher.close)
         if settings.voice.enabled:
             engine = self.voice_engine()
@@ -196,6 +201,42 @@ class Engines:
         return self._once("batch_stt", lambda: self.models.get(key, lambda: BatchedWhisper(
             model_dir, device=whisper.device, compute_type=whisper.compute_type, cpu_threads=config.cpu_threads,
             num_workers=config.workers + 1)))
+
+    def faces(self) -> FaceRecognizer:
+        """Face recognition (``video.faces``): the model (pooled) and the people enrolled under
+        ``storage.data_dir``/faces; built on first use (the sessions' at start-up, or the enrolment API's)."""
+
+        def build() -> FaceRecognizer:
+            faces = self.settings.video.faces
+            recognizer = FaceRecognizer(self.models.backend(FACE_MODELS, faces.model),
+                                        FaceGallery(self.settings.storage.data_dir / "faces"),
+                                        config_mapping.face_settings(faces))
+            self._per_app.append(recognizer)  # its thread is this app's
+            return recognizer
+
+        return self._once("faces", build)
+
+    def plates(self) -> PlateReader:
+        """Licence plates (``video.plates``): the text reader (pooled) and the plate rules; built on first use."""
+
+        def build() -> PlateReader:
+            plates = self.settings.video.plates
+            reader = PlateReader(self.models.backend(TEXT_READERS, plates.model), config_mapping.plate_settings(plates))
+            self._per_app.append(reader)
+            return reader
+
+        return self._once("plates", build)
+
+    def _annotators(self) -> list[Callable[[], StreamFaces | StreamPlates]]:
+        """What each stream's analyser adds to its tracks: identity (video.faces), plate (video.plates)."""
+        makers: list[Callable[[], StreamFaces | StreamPlates]] = []
+        if self.settings.video.faces.enabled:
+            recognizer = self.faces()
+            makers.append(lambda: StreamFaces(recognizer))
+        if self.settings.video.plates.enabled:
+            reader = self.plates()
+            makers.append(lambda: StreamPlates(reader))
+        return makers
 
     def loaded(self, name: str) -> bool:
         return name in self._built

@@ -168,7 +168,8 @@ class TimelineRecorder:
                 continue
             self._seen_tracks.add(track_id)
             found.append(("object.appeared", {"label": obj["label"], "track_id": track_id,
-                                              "conf": round(obj["conf"], 3)}))
+                                              "conf": round(obj["conf"], 3),
+                                              **{k: obj[k] for k in ("identity", "plate") if obj.get(k)}}))
         return found
 
     def _scene(self, pts: float, objects: list[dict[str, Any]]) -> None:

@@ -17,6 +17,12 @@ still object neither exits nor re-enters its zone across the skipped frames.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import av
+
+from models.detectors import Detection
 from pipelines.protocol import MotionConfig, VideoSessionConfig
 from pipelines.session import NO_MOTION, DetectionResult, NoMotion, SampledFrame
 from pipelines.video.batcher import InferenceBatcher
@@ -24,11 +30,20 @@ from pipelines.video.motion import MotionDetector
 from pipelines.video.tracking import StreamTracker
 
 
+class TrackAnnotator(Protocol):
+    """Adds what it knows of tracks (``identity``: ``pipelines.video.faces``; ``plate``: ``pipelines.video.plates``)
+    to this frame's objects and events, in place; one per stream."""
+
+    async def annotate(self, frame: av.VideoFrame, pts: float, detections: list[Detection],
+                       objects: list[dict[str, Any]], events: list[tuple[str, dict[str, Any]]]) -> None: ...
+
+
 class DetectorVideoAnalyzer:
     """One per stream (it owns the stream's tracker and motion state); the batcher and the model are shared."""
 
-    def __init__(self, batcher: InferenceBatcher) -> None:
+    def __init__(self, batcher: InferenceBatcher, annotators: Sequence[TrackAnnotator] = ()) -> None:
         self.batcher = batcher
+        self.annotators = tuple(annotators)
         self.name = batcher.detector.name
         self.tracker = StreamTracker([], [])
         self.motion = MotionDetector()
@@ -50,13 +65,17 @@ class DetectorVideoAnalyzer:
         events = self.tracker.update(result.detections, width, height, sampled.pts)
         self._last_detected = sampled.pts
         self._objects_in_view = bool(result.detections) or self.tracker.tracking
+        objects = [d.as_message() for d in result.detections]
+        scene_events = [(e.name, e.data) for e in events]
+        for annotator in self.annotators:
+            await annotator.annotate(sampled.frame, sampled.pts, result.detections, objects, scene_events)
         return DetectionResult(
             width=width,
             height=height,
-            objects=[d.as_message() for d in result.detections],
+            objects=objects,
             inference_ms=result.inference_ms,
             model=self.name,
-            events=[(e.name, e.data) for e in events],
+            events=scene_events,
             zone_occupancy=self.tracker.occupancy,
             line_counts=self.tracker.line_counts,
         )

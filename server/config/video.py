@@ -6,6 +6,7 @@ from pydantic import Field
 
 from pipelines.protocol import LineConfig, MotionConfig, ZoneConfig
 from server.config.base import Section
+from server.config.faces import FacesSettings, PlatesSettings
 
 
 class VideoSettings(Section):
@@ -24,3 +25,5 @@ class VideoSettings(Section):
         description="Motion-gated detection, the default for every session/source (a session may override any key "
                     "in its video.motion): the detector runs only on frames with motion, a stream's first frame, and "
                     "every refresh_s while objects are in view; other sampled frames are counted as no_motion.")
+    faces: FacesSettings = Field(default_factory=FacesSettings, description="Face recognition (off by default).")
+    plates: PlatesSettings = Field(default_factory=PlatesSettings, description="Licence plates (off by default).")

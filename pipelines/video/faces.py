@@ -1,0 +1,360 @@
+"""Who is this person: enrolled faces (``FaceGallery``, on disk under ``storage.data_dir``), recognition
+(``FaceRecognizer``: a face crop from a tracked person, its embedding, the best match) and, per stream, when to
+look (``StreamFaces``: at most once per ``interval_s`` per track, at most ``max_per_frame`` faces per analysed
+frame, on the faces thread, never the event loop).
+
+The face crop comes from the person's pose keypoints (the default detector, yolo11n-pose, gives nose, eyes and
+ears): a person whose nose and both eyes are not all visible is not facing the camera and is not looked at. The
+crop, scaled so the face is about ``FACE_PX`` pixels wide, goes through dlib's HOG frontal-face detector, which
+also refuses profiles and blurred faces; a detector without keypoints (SSD) gives the top of the person's box.
+
+A track recognised once keeps its name for as long as it lives (a later, worse view does not undo it); a face
+that matches nobody is ``unknown`` (name null) and is looked at again later; a deleted person's name is taken
+back from live tracks at the next frame. Embeddings and images never go to logs or metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+
+from models.detectors import Detection
+from models.faces import FaceBox, FaceModel
+from pipelines.errors import ApiError
+
+log = logging.getLogger(__name__)
+
+KEYPOINT_CONF = 0.5  # a pose keypoint counts as visible from this confidence
+FACE_PX = 110  # the face's width in the crop given to HOG (its window is 80 px; dlib's chips are 150 px)
+MAX_UPSCALE = 4.0
+MAX_IMAGE_SIDE = 2000  # enrolment photos are shrunk to this first (HOG's cost grows with the pixels)
+NAME = re.compile(r"^\w[\w .'\-]{0,63}$")
+_NOSE, _LEFT_EYE, _RIGHT_EYE, _LEFT_EAR, _RIGHT_EAR = range(5)
+
+
+@dataclass(frozen=True, slots=True)
+class FaceSettings:
+    """``video.faces`` as the pipeline takes it (``server.config_mapping.face_settings``)."""
+
+    enabled: bool = False
+    threshold: float = 0.9  # cosine similarity from which a face is the enrolled person's
+    interval_s: float = 1.0  # per track, media time between two looks
+    max_per_frame: int = 2
+    min_face_px: int = 40  # faces narrower than this in the frame are not looked at
+    labels: tuple[str, ...] = ("person",)
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    name: str | None  # None: a face was seen and matches nobody enrolled
+    score: float  # cosine similarity to the best-matching enrolled face
+
+    def as_message(self) -> dict[str, Any]:
+        return {"name": self.name, "score": round(self.score, 3)}
+
+
+def check_name(name: str) -> str:
+    if not NAME.match(name) or name != name.strip():
+        raise ApiError("invalid_name", "a name is 1-64 letters, digits, spaces or . ' - _ (starting with a letter or "
+                       "digit)", param="name")
+    return name
+
+
+# ---------------------------------------------------------------- the enrolment store
+
+
+@dataclass
+class Person:
+    name: str
+    embeddings: np.ndarray  # (n, d) unit vectors
+    images: list[str] = field(default_factory=list)  # file names inside the person's folder
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "faces": len(self.embeddings)}
+
+
+class FaceGallery:
+    """Enrolled people under ``root``: one folder per person (named by a hash of the name, so no name is ever a
+    path) holding ``person.json`` (the name and image files), ``embeddings.npy`` and the enrolment images.
+    Thread-safe; ``version`` changes with every enrolment or deletion."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lock = threading.Lock()
+        self._people: dict[str, Person] = {}
+        self._matrix = np.zeros((0, 0), np.float32)
+        self._owners: list[str] = []
+        self.version = 0
+        self._load()
+
+    def _folder(self, name: str) -> Path:
+        return self.root / hashlib.sha256(name.encode()).hexdigest()[:24]
+
+    def _load(self) -> None:
+        if not self.root.is_dir():
+            return
+        for folder in sorted(self.root.iterdir()):
+            try:
+                meta = json.loads((folder / "person.json").read_text())
+                embeddings = np.load(folder / "embeddings.npy")
+                self._people[meta["name"]] = Person(meta["name"], embeddings.astype(np.float32), meta["images"])
+            except (OSError, ValueError, KeyError) as error:  # a half-written folder: skip it, say which
+                log.warning("faces: %s not loaded: %s", folder.name, type(error).__name__)
+        self._reindex()
+
+    def _reindex(self) -> None:
+        people = list(self._people.values())
+        self._owners = [p.name for p in people for _ in range(len(p.embeddings))]
+        self._matrix = np.concatenate([p.embeddings for p in people]) if people else np.zeros((0, 0), np.float32)
+        self.version += 1
+
+    def people(self) -> list[Person]:
+        with self._lock:
+            return sorted(self._people.values(), key=lambda p: p.name.casefold())
+
+    def names(self) -> set[str]:
+        with self._lock:
+            return set(self._people)
+
+    def add(self, name: str, embeddings: np.ndarray, images: Sequence[tuple[bytes, str]]) -> Person:
+        """Append ``embeddings`` and their ``images`` (bytes, extension) to ``name`` (created if new)."""
+        with self._lock:
+            folder = self._folder(name)
+            folder.mkdir(parents=True, exist_ok=True)
+            person = self._people.get(name) or Person(name, np.zeros((0, embeddings.shape[1]), np.float32))
+            files = list(person.images)
+            for data, extension in images:
+                file = f"{len(files) + 1:04d}.{extension}"
+                _write_atomic(folder / file, data)
+                files.append(file)
+            stacked = np.concatenate([person.embeddings, embeddings.astype(np.float32)])
+            with tempfile.NamedTemporaryFile(dir=folder, suffix=".npy", delete=False) as handle:
+                np.save(handle, stacked)
+            os.replace(handle.name, folder / "embeddings.npy")
+            _write_atomic(folder / "person.json", json.dumps({"name": name, "images": files}).encode())
+            self._people[name] = person = Person(name, stacked, files)
+            self._reindex()
+            return person
+
+    def delete(self, name: str) -> bool:
+        """Remove every embedding and image of ``name``; False if nobody has that name."""
+        with self._lock:
+            if self._people.pop(name, None) is None:
+                return False
+            shutil.rmtree(self._folder(name), ignore_errors=True)
+            self._reindex()
+            return True
+
+    def match(self, embedding: np.ndarray) -> tuple[str | None, float]:
+        """The enrolled person most similar to ``embedding`` and the similarity (None, -1 with nobody enrolled)."""
+        with self._lock:
+            if not self._owners:
+                return None, -1.0
+            similarities = self._matrix @ embedding
+            best = int(np.argmax(similarities))
+            return self._owners[best], float(similarities[best])
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as handle:
+        handle.write(data)
+    os.replace(handle.name, path)
+
+
+# ---------------------------------------------------------------- recognition
+
+
+def decode_image(data: bytes) -> tuple[np.ndarray, str]:
+    """A JPEG or PNG upload as RGB (shrunk to MAX_IMAGE_SIDE) and its file extension; anything else is refused."""
+    import cv2
+
+    if data[:3] == b"\xff\xd8\xff":
+        extension = "jpg"
+    elif data[:8] == b"\x89PNG\r\n\x1a\n":
+        extension = "png"
+    else:
+        raise ApiError("invalid_image", "not a JPEG or PNG image")
+    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if bgr is None or bgr.size == 0:
+        raise ApiError("invalid_image", f"the {extension.upper()} image cannot be decoded")
+    scale = MAX_IMAGE_SIDE / max(bgr.shape[:2])
+    if scale < 1:
+        bgr = cv2.resize(bgr, (round(bgr.shape[1] * scale), round(bgr.shape[0] * scale)), interpolation=cv2.INTER_AREA)
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), extension
+
+
+class FaceRecognizer:
+    """The face model and the gallery, shared by the app's streams and its enrolment API. Blocking methods: call
+    them from a worker thread (the streams use ``executor``, one thread: faces never take more than one core)."""
+
+    def __init__(self, model: FaceModel, gallery: FaceGallery, settings: FaceSettings) -> None:
+        self.model = model
+        self.gallery = gallery
+        self.settings = settings
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="faces")
+
+    async def close(self) -> None:
+        """With the app (``Engines.close``), after its sessions."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def the_face(self, image: np.ndarray, what: str) -> FaceBox:
+        """The one face of an enrolment photo; a photo with none or several is refused."""
+        faces = self.model.find(image, upsample=1 if max(image.shape[:2]) <= 1000 else 0)
+        if not faces:
+            raise ApiError("no_face", f"{what}: no face found (a frontal face, at least ~40 px wide, is needed)")
+        if len(faces) > 1:
+            raise ApiError("several_faces", f"{what}: {len(faces)} faces found; enrol from a photo of one person")
+        return faces[0]
+
+    def enrol(self, name: str, images: Sequence[bytes]) -> Person:
+        """Embed the one face of every image, then store them all (nothing is stored if any image is refused)."""
+        check_name(name)
+        if not images:
+            raise ApiError("invalid_image", "no image given")
+        embeddings, kept = [], []
+        for index, data in enumerate(images):
+            what = f"image {index + 1}" if len(images) > 1 else "the image"
+            image, extension = decode_image(data)
+            embeddings.append(self.model.embed(image, self.the_face(image, what)))
+            kept.append((data, extension))
+        person = self.gallery.add(name, np.stack(embeddings), kept)
+        log.info("faces: %d face(s) enrolled (%d people enrolled)", len(kept), len(self.gallery.names()))
+        return person
+
+    def identify(self, image: np.ndarray, box: tuple[float, float, float, float],
+                 keypoints: list[tuple[float, float, float]] | None) -> Identity | None:
+        """The identity of the person in ``box`` (normalised) of an RGB frame; None when no frontal face of at
+        least ``min_face_px`` shows."""
+        import cv2
+
+        region = face_region(box, keypoints, image.shape[1], image.shape[0], self.settings.min_face_px)
+        if region is None:
+            return None
+        (x1, y1, x2, y2), face_px = region
+        scale = min(MAX_UPSCALE, FACE_PX / face_px)
+        crop = image[y1:y2, x1:x2]
+        if crop.size == 0:
+            return None
+        crop = cv2.resize(crop, (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale))),
+                          interpolation=cv2.INTER_LINEAR if scale > 1 else cv2.INTER_AREA)
+        faces = self.model.find(crop)
+        if not faces:
+            return None
+        centre = (crop.shape[1] / 2, crop.shape[0] / 2)
+        face = min(faces, key=lambda f: ((f.left + f.right) / 2 - centre[0]) ** 2 + ((f.top + f.bottom) / 2
+                                                                                     - centre[1]) ** 2)
+        if face.width / scale < self.settings.min_face_px:
+            return None
+        name, score = self.gallery.match(self.model.embed(crop, face))
+        return Identity(name if name is not None and score >= self.settings.threshold else None, max(score, 0.0))
+
+
+def face_region(box: tuple[float, float, float, float], keypoints: list[tuple[float, float, float]] | None,
+                width: int, height: int, min_face_px: int) -> tuple[tuple[int, int, int, int], float] | None:
+    """Where to look for the face of a person (pixels: x1, y1, x2, y2) and the face's expected width; None when
+    the person is not facing the camera (nose and both eyes must be visible) or the face is too small."""
+    bx1, by1, bx2 = box[0] * width, box[1] * height, box[2] * width
+    if keypoints is not None and len(keypoints) >= 5:
+        points = [(x * width, y * height, c) for x, y, c in keypoints[:5]]
+        if min(points[i][2] for i in (_NOSE, _LEFT_EYE, _RIGHT_EYE)) < KEYPOINT_CONF:
+            return None
+        eyes = np.hypot(points[_LEFT_EYE][0] - points[_RIGHT_EYE][0], points[_LEFT_EYE][1] - points[_RIGHT_EYE][1])
+        ears = [points[i] for i in (_LEFT_EAR, _RIGHT_EAR) if points[i][2] >= KEYPOINT_CONF]
+        face_px = 2.5 * eyes
+        if len(ears) == 2:
+            face_px = max(face_px, 0.9 * np.hypot(ears[0][0] - ears[1][0], ears[0][1] - ears[1][1]))
+        cx = (points[_LEFT_EYE][0] + points[_RIGHT_EYE][0] + points[_NOSE][0]) / 3
+        cy = (points[_LEFT_EYE][1] + points[_RIGHT_EYE][1] + points[_NOSE][1]) / 3
+        half = face_px  # the crop is twice the face: HOG needs the face's outline and some margin
+    else:  # no pose: the top of the person's box, as wide as the box
+        face_px = 0.45 * (bx2 - bx1)
+        half = (bx2 - bx1) / 2
+        cx, cy = (bx1 + bx2) / 2, by1 + half
+    if face_px < min_face_px:
+        return None
+    x1, y1 = max(0, int(cx - half)), max(0, int(cy - half))
+    x2, y2 = min(width, int(cx + half)), min(height, int(cy + half))
+    if x2 - x1 < min_face_px or y2 - y1 < min_face_px:
+        return None
+    return (x1, y1, x2, y2), float(face_px)
+
+
+# ---------------------------------------------------------------- per stream
+
+
+@dataclass(slots=True)
+class _Track:
+    identity: Identity | None = None
+    next_pts: float = float("-inf")  # not looked at before this media time
+    last_pts: float = 0.0
+
+
+class StreamFaces:
+    """One per stream: which tracks to look at on this frame, and what each track is known as."""
+
+    FORGET_S = 30.0  # a track not seen this long is forgotten (ByteTrack dropped it long before)
+
+    def __init__(self, recognizer: FaceRecognizer) -> None:
+        self.recognizer = recognizer
+        self.settings = recognizer.settings
+        self._tracks: dict[int, _Track] = {}
+        self._version = recognizer.gallery.version
+
+    async def annotate(self, frame: av.VideoFrame, pts: float, detections: list[Detection],
+                       objects: list[dict[str, Any]], events: list[tuple[str, dict[str, Any]]]) -> None:
+        self._forget(pts)
+        due: list[Detection] = []
+        for detection in detections:
+            if detection.track_id is None or detection.label not in self.settings.labels:
+                continue
+            track = self._tracks.setdefault(detection.track_id, _Track())
+            track.last_pts = pts
+            if pts >= track.next_pts and (track.identity is None or track.identity.name is None):
+                due.append(detection)
+        due.sort(key=lambda d: (d.box[2] - d.box[0]) * (d.box[3] - d.box[1]), reverse=True)  # nearest first
+        due = due[: self.settings.max_per_frame]
+        if due:
+            loop = asyncio.get_running_loop()
+            found = await loop.run_in_executor(self.recognizer.executor, self._look, frame, due)
+            for detection, identity in zip(due, found, strict=True):
+                track = self._tracks[detection.track_id]  # type: ignore[index]
+                track.next_pts = pts + self.settings.interval_s
+                if identity is not None and (track.identity is None or track.identity.name is None):
+                    track.identity = identity
+        known = {track_id: t.identity.as_message() for track_id, t in self._tracks.items() if t.identity is not None}
+        for obj in objects:
+            if obj.get("track_id") in known:
+                obj["identity"] = known[obj["track_id"]]
+        for _, data in events:
+            if data.get("track_id") in known:
+                data["identity"] = known[data["track_id"]]
+
+    def _look(self, frame: av.VideoFrame, due: list[Detection]) -> list[Identity | None]:
+        image = frame.to_ndarray(format="rgb24")
+        return [self.recognizer.identify(image, d.box, d.keypoints) for d in due]
+
+    def _forget(self, pts: float) -> None:
+        for track_id in [t for t, track in self._tracks.items() if pts - track.last_pts > self.FORGET_S]:
+            del self._tracks[track_id]
+        version = self.recognizer.gallery.version
+        if version != self._version:  # someone enrolled or was deleted: names taken back, unknowns looked at again
+            self._version = version
+            names = self.recognizer.gallery.names()
+            for track in self._tracks.values():
+                if track.identity is not None and track.identity.name not in names:
+                    track.identity, track.next_pts = None, float("-inf")

@@ -1,0 +1,142 @@
+"""Which car: licence plates read from vehicle tracks (``video.plates``).
+
+No general plate detector ships offline, so the text reader (PP-OCRv4) looks at the vehicle's crop, at most once per
+``interval_s`` per track and ``max_per_frame`` vehicles per analysed frame, on the plates thread (never the event
+loop); of the lines it reads, those that look like a plate (4-10 letters and digits, at least one digit, once
+spaces and dashes are dropped) are candidates, and each track keeps its best reading (highest confidence) as
+``plate``, with the name of a known plate (``video.plates.known``). A track whose best reading reached
+``settle_score`` is not read again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import av
+import numpy as np
+
+from models.detectors import Detection
+from models.plates import TextLine, TextReader
+
+_NOT_PLATE = re.compile(r"[^A-Z0-9]")
+_PLATE = re.compile(r"^(?=.*\d)[A-Z0-9]{4,10}$")
+MIN_CROP_PX = 32
+
+
+@dataclass(frozen=True, slots=True)
+class PlateSettings:
+    """``video.plates`` as the pipeline takes it (``server.config_mapping.plate_settings``)."""
+
+    enabled: bool = False
+    labels: tuple[str, ...] = ("car", "bus", "truck")
+    interval_s: float = 1.0
+    max_per_frame: int = 1
+    min_score: float = 0.6
+    settle_score: float = 0.95
+    known: Mapping[str, str] = field(default_factory=dict)  # normalised plate -> name
+
+
+def normalise_plate(text: str) -> str:
+    """Upper case, letters and digits only: 'ab 12-cd' -> 'AB12CD' (how plates are compared and searched)."""
+    return _NOT_PLATE.sub("", text.upper())
+
+
+@dataclass(frozen=True, slots=True)
+class PlateReading:
+    text: str  # normalised
+    score: float
+    name: str | None = None
+
+    def as_message(self) -> dict[str, Any]:
+        return {"text": self.text, "score": round(self.score, 3), "name": self.name}
+
+
+class PlateReader:
+    """The text reader and the plate rules, shared by the app's streams (``executor``: one thread)."""
+
+    def __init__(self, reader: TextReader, settings: PlateSettings) -> None:
+        self.reader = reader
+        self.settings = settings
+        self.known = {normalise_plate(plate): name for plate, name in settings.known.items()}
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="plates")
+
+    async def close(self) -> None:
+        """With the app (``Engines.close``), after its sessions."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def best(self, lines: list[TextLine]) -> PlateReading | None:
+        """The plate-like line read with the highest confidence (at least ``min_score``)."""
+        candidates = [(normalise_plate(line.text), line.score) for line in lines]
+        candidates = [(text, score) for text, score in candidates
+                      if _PLATE.match(text) and score >= self.settings.min_score]
+        if not candidates:
+            return None
+        text, score = max(candidates, key=lambda c: c[1])
+        return PlateReading(text, score, self.known.get(text))
+
+    def read(self, image: np.ndarray, box: tuple[float, float, float, float]) -> PlateReading | None:
+        """The plate of the vehicle in ``box`` (normalised) of a BGR frame, if one can be read."""
+        height, width = image.shape[:2]
+        x1, y1 = max(0, int(box[0] * width)), max(0, int(box[1] * height))
+        x2, y2 = min(width, int(box[2] * width)), min(height, int(box[3] * height))
+        if x2 - x1 < MIN_CROP_PX or y2 - y1 < MIN_CROP_PX:
+            return None
+        return self.best(self.reader.read(image[y1:y2, x1:x2]))
+
+
+@dataclass(slots=True)
+class _Track:
+    plate: PlateReading | None = None
+    next_pts: float = float("-inf")
+    last_pts: float = 0.0
+
+
+class StreamPlates:
+    """One per stream: which vehicles to read on this frame, and each track's best reading."""
+
+    FORGET_S = 30.0
+
+    def __init__(self, reader: PlateReader) -> None:
+        self.reader = reader
+        self.settings = reader.settings
+        self._tracks: dict[int, _Track] = {}
+
+    async def annotate(self, frame: av.VideoFrame, pts: float, detections: list[Detection],
+                       objects: list[dict[str, Any]], events: list[tuple[str, dict[str, Any]]]) -> None:
+        for track_id in [t for t, track in self._tracks.items() if pts - track.last_pts > self.FORGET_S]:
+            del self._tracks[track_id]
+        due: list[Detection] = []
+        for detection in detections:
+            if detection.track_id is None or detection.label not in self.settings.labels:
+                continue
+            track = self._tracks.setdefault(detection.track_id, _Track())
+            track.last_pts = pts
+            settled = track.plate is not None and track.plate.score >= self.settings.settle_score
+            if pts >= track.next_pts and not settled:
+                due.append(detection)
+        due.sort(key=lambda d: (d.box[2] - d.box[0]) * (d.box[3] - d.box[1]), reverse=True)
+        due = due[: self.settings.max_per_frame]
+        if due:
+            loop = asyncio.get_running_loop()
+            found = await loop.run_in_executor(self.reader.executor, self._read, frame, due)
+            for detection, reading in zip(due, found, strict=True):
+                track = self._tracks[detection.track_id]  # type: ignore[index]
+                track.next_pts = pts + self.settings.interval_s
+                if reading is not None and (track.plate is None or reading.score > track.plate.score):
+                    track.plate = reading
+        known = {track_id: t.plate.as_message() for track_id, t in self._tracks.items() if t.plate is not None}
+        for obj in objects:
+            if obj.get("track_id") in known:
+                obj["plate"] = known[obj["track_id"]]
+        for _, data in events:
+            if data.get("track_id") in known:
+                data["plate"] = known[data["track_id"]]
+
+    def _read(self, frame: av.VideoFrame, due: list[Detection]) -> list[PlateReading | None]:
+        image = frame.to_ndarray(format="bgr24")
+        return [self.reader.read(image, d.box) for d in due]

@@ -1,0 +1,53 @@
+"""``video.faces`` and ``video.plates``: who is this person (enrolled faces) and which car (licence plates). Both
+are off by default; ``enabled: true`` is the one key that turns each on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from models.faces import FACE_MODELS
+from models.plates import TEXT_READERS
+from server.config.base import Section
+
+
+class FacesSettings(Section):
+    enabled: bool = Field(False, description=(
+        "Recognise enrolled people (POST /api/faces/{name}) on tracked persons: tracks, their events and timeline "
+        "entries carry identity (name and score, or name null: a face that matches nobody)."))
+    model: FACE_MODELS.config_type() = Field(  # type: ignore[valid-type]
+        default_factory=FACE_MODELS.default_config, description="The face model (backend: dlib).")
+    threshold: float = Field(0.92, ge=-1, le=1, description=(
+        "Cosine similarity of two face embeddings from which they are the same person (dlib's ResNet: 0.92 is its "
+        "author's Euclidean distance 0.4 on unit vectors, stricter than his 0.6: fewer wrong names, more unknowns)."))
+    interval_s: float = Field(1.0, gt=0, le=3600, description=(
+        "Per track: media seconds between two looks at its face until it is recognised (then never again)."))
+    max_per_frame: int = Field(2, ge=1, le=64, description=(
+        "Faces looked at per analysed frame at most (the largest persons first): bounds the cost of a crowd."))
+    min_face_px: int = Field(40, ge=16, le=1000, description="Faces narrower than this (frame pixels) are ignored.")
+    labels: list[str] = Field(["person"], min_length=1, description="Detector labels whose tracks have faces.")
+
+
+class PlatesSettings(Section):
+    enabled: bool = Field(False, description=(
+        "Read licence plates of vehicle tracks (needs a detector with vehicles: opencv-ssd, or a COCO YOLO): tracks "
+        "and their events carry plate (the best reading: text, score, and the name of a known plate)."))
+    model: TEXT_READERS.config_type() = Field(  # type: ignore[valid-type]
+        default_factory=TEXT_READERS.default_config, description="The text reader (backend: rapidocr).")
+    labels: list[str] = Field(["car", "bus", "truck"], min_length=1, description="Detector labels that have plates.")
+    interval_s: float = Field(1.0, gt=0, le=3600, description="Per track: media seconds between two readings.")
+    max_per_frame: int = Field(1, ge=1, le=64, description="Vehicles read per analysed frame at most (largest first).")
+    min_score: float = Field(0.6, ge=0, le=1, description="Readings below this confidence are ignored.")
+    settle_score: float = Field(0.95, ge=0, le=1, description="A track read this confidently is not read again.")
+    known: dict[str, str] = Field(default_factory=dict, description=(
+        "Known plates and their names, e.g. {'AB12CDE': \"Alice's car\"}; compared without spaces, dashes or case."))
+
+    @field_validator("known")
+    @classmethod
+    def _plates(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for plate, name in value.items():
+            if not any(c.isalnum() for c in plate) or not 0 < len(plate) <= 32 or not 0 < len(str(name)) <= 100:
+                raise ValueError(f"known: {plate!r}: a plate of 1-32 characters with letters or digits, a name of "
+                                 "1-100 characters")
+        return value
