@@ -41,7 +41,7 @@ from pipelines.protocol import (
     VideoSessionConfig,
     client_message_adapter,
 )
-from pipelines.video.scene import SceneState
+from pipelines.video.scene import SceneState, known_in_view
 
 log = logging.getLogger(__name__)
 
@@ -475,7 +475,7 @@ class SessionPipeline:
         self.scene.update(
             labels=[o["label"] for o in result.objects], pts=pts, ts=self.clock.now(), model=result.model,
             zone_occupancy=result.zone_occupancy, line_counts=result.line_counts,
-            events=[{"name": name, **data} for name, data, _ in events],
+            events=[{"name": name, **data} for name, data, _ in events], known=known_in_view(result.objects),
         )
         if not self.clock.virtual:
             self._metrics.end_to_end_ms.observe((time.perf_counter() - sampled.sampled_at) * 1000.0)

@@ -108,6 +108,13 @@ if [[ $(uname -m) == x86_64 ]]; then
   fi
 fi
 
+# 4b. Real photos of people for the face tests and bench (issue 22; no installed package ships several photos of
+#     one person): the face_recognition sdist's test photos, downloaded with pip and checked against a sha256 by
+#     tests/support/face_photos.py into .cache/face-photos; skipped once there.
+if [[ ! -e .cache/face-photos/obama_partial_face2.jpg ]]; then
+  "$VENV/bin/python" -m tests.support.face_photos
+fi
+
 # 5. Summary.
 "$VENV/bin/python" - <<'PY'
 import platform

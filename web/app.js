@@ -10,6 +10,7 @@ import { SourceLink, WebRtcLink } from "./links.js";
 import { Overlay } from "./overlay.js";
 import { Timeline } from "./timeline.js";
 import { SearchPanel } from "./search.js";
+import { FacesPanel } from "./faces.js";
 
 const $ = (id) => document.getElementById(id);
 const RECONNECT_DELAYS_S = [1, 2, 4, 8, 8];
@@ -704,9 +705,15 @@ new SearchPanel({
   onError: (error) => (error instanceof ApiError && error.unauthorized ? askForToken(error.message)
     : reportError(error.code, `Search failed: ${error.message}`, { banner: false })),
 });
+const faces = new FacesPanel({
+  api, state, form: $("faces-form"), name: $("faces-name"), file: $("faces-file"), list: $("faces-list"),
+  status: $("faces-status"),
+  onError: (error) => (error instanceof ApiError && error.unauthorized ? askForToken(error.message)
+    : reportError(error.code, `People: ${error.message}`, { banner: false })),
+});
 listDevices();
 navigator.mediaDevices?.addEventListener?.("devicechange", listDevices);
-checkServer().then((ok) => { if (ok) { refreshSources(); timeline.load(); } });
+checkServer().then((ok) => { if (ok) { refreshSources(); timeline.load(); faces.load(); } });
 setInterval(() => { if (!$("token-dialog").open) checkServer(); }, HEALTH_POLL_MS);
 setInterval(() => { if (!$("pane-server").hidden) refreshSources(); }, SOURCES_POLL_MS);
 setInterval(() => { pollStats().catch(() => {}); }, STATS_POLL_MS);

@@ -107,7 +107,10 @@ export class Overlay {
       g.strokeStyle = colour;
       g.strokeRect(x1, y1, x2 - x1, y2 - y1);
       const track = object.track_id != null ? ` #${object.track_id}` : "";
-      this.label(g, `${object.label}${track} ${Math.round(object.conf * 100)}%`, x1, y1, colour, "#0f172a", y2);
+      // Who (video.faces) and which (video.plates): the name instead of the label once known.
+      const who = object.identity?.name ?? (object.plate ? (object.plate.name ?? object.plate.text) : null);
+      const name = who ? `${who} (${object.label})` : object.label;
+      this.label(g, `${name}${track} ${Math.round(object.conf * 100)}%`, x1, y1, colour, "#0f172a", y2);
       if (object.keypoints) {
         const points = object.keypoints.map(([x, y, conf]) => [...at([x, y]), conf]);
         g.lineWidth = 2;

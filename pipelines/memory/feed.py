@@ -25,6 +25,11 @@ def describe_event(name: str, data: dict[str, Any]) -> str:
     """One English sentence for an event: what is embedded and shown in search results."""
     who = f"{data.get('label') or 'object'}" + (f" (track {data['track_id']})" if data.get("track_id") is not None
                                                  else "")
+    identity, plate = data.get("identity") or {}, data.get("plate") or {}
+    if identity.get("name"):  # search finds "when did Alice come?"
+        who = f"{identity['name']}, a {who},"
+    if plate.get("text"):  # and a car by its plate or its name
+        who += f" with plate {plate['text']}" + (f" ({plate['name']})" if plate.get("name") else "")
     if name == "zone.enter":
         return f"{who} entered zone '{data.get('zone')}'"
     if name == "zone.exit":

@@ -29,6 +29,12 @@ def render(template: str, fields: dict[str, Any]) -> str:
     return template.format_map(_Blank({name: "" if value is None else str(value) for name, value in fields.items()}))
 
 
+def spoken_names(data: dict[str, Any]) -> dict[str, str]:
+    """``{identity}`` and ``{plate}`` as words: the enrolled name or 'someone'; a known plate's name or its text."""
+    identity, plate = data.get("identity") or {}, data.get("plate") or {}
+    return {"identity": identity.get("name") or "someone", "plate": plate.get("name") or plate.get("text") or ""}
+
+
 class _Blank(dict[str, str]):
     def __missing__(self, key: str) -> str:
         return ""
@@ -54,7 +60,7 @@ class AlertAnnouncer:
         if now - self._last.get(key, -float("inf")) < rule.announce_cooldown_s:
             return
         self._last[key] = now
-        text = render(rule.announce, {**data, "event": name, "source": source}).strip()
+        text = render(rule.announce, {**data, **spoken_names(data), "event": name, "source": source}).strip()
         if not text:
             return
         self._queue.append((text, {"event": name, key[0]: rule.name, **data}))

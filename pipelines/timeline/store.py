@@ -461,11 +461,14 @@ class TimelineStore:
 
     def query(self, *, source: str | None = None, name: str | None = None, kinds: tuple[str, ...] = ("event",),
               since: float | None = None, until: float | None = None, before_seq: int | None = None,
-              limit: int = 50) -> list[TimelineEntry]:
-        """Newest first; ``before_seq`` is the paging cursor (the last page's smallest ``seq``)."""
+              limit: int = 50, identity: str | None = None, plate: str | None = None) -> list[TimelineEntry]:
+        """Newest first; ``before_seq`` is the paging cursor (the last page's smallest ``seq``); ``identity``: a
+        person's enrolled name (video.faces), ``plate``: a normalised plate text (video.plates)."""
         where, args = [f"kind IN ({','.join('?' * len(kinds))})"], list(kinds)
         for clause, value in (("source = ?", source), ("name = ?", name), ("wall_ts >= ?", since),
-                              ("wall_ts < ?", until), ("seq < ?", before_seq)):
+                              ("wall_ts < ?", until), ("seq < ?", before_seq),
+                              ("json_extract(data, '$.identity.name') = ?", identity),
+                              ("json_extract(data, '$.plate.text') = ?", plate)):
             if value is not None:
                 where.append(clause)
                 args.append(value)

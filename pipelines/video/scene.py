@@ -16,11 +16,13 @@ class SceneState:
         self.ts: float | None = None
         self.last_change_ts: float | None = None
         self.model: str | None = None
+        self.known: list[str] = []  # who and which is in view (video.faces, video.plates): known_in_view
 
     def update(self, *, labels: list[str], pts: float, ts: float, model: str,
                zone_occupancy: dict[str, list[int]], line_counts: dict[str, dict[str, int]],
-               events: list[dict[str, Any]]) -> None:
+               events: list[dict[str, Any]], known: list[str] | None = None) -> None:
         counts = dict(sorted(Counter(labels).items()))
+        self.known = list(known or [])
         occupancy = {name: sorted(ids) for name, ids in zone_occupancy.items()}
         if counts != self.counts or occupancy != self.zone_occupancy or events:
             self.last_change_ts = ts
@@ -40,6 +42,7 @@ class SceneState:
             "ts": self.ts,
             "last_change_ts": self.last_change_ts,
             "model": self.model,
+            "known": self.known,
         }
 
     def summary(self) -> str:
@@ -48,6 +51,8 @@ class SceneState:
             return "The camera has not been analysed yet."
         seen = ", ".join(f"{n} {label}{'s' if n != 1 else ''}" for label, n in self.counts.items()) or "nothing"
         parts = [f"The camera currently sees {seen}."]
+        if self.known:  # "who is at the door?"
+            parts.append(f"Recognised in view: {', '.join(self.known)}.")
         for zone, ids in self.zone_occupancy.items():
             parts.append(f"Zone '{zone}' has {len(ids)} object(s) in it.")
         for line, c in self.line_counts.items():
@@ -58,3 +63,17 @@ class SceneState:
                 f"{e['name']} {e.get('zone') or e.get('line') or ''} (track {e.get('track_id')})".replace("  ", " ")
                 for e in last) + ".")
         return " ".join(parts)
+
+
+def known_in_view(objects: list[dict[str, Any]]) -> list[str]:
+    """Who and which of this frame's objects: enrolled people by name, vehicles by plate (and its name)."""
+    found = set()
+    for obj in objects:
+        name = (obj.get("identity") or {}).get("name")
+        if name:
+            found.add(f"{name} ({obj['label']})")
+        plate = obj.get("plate")
+        if plate:
+            found.add(f"a {obj['label']} with plate {plate['text']}" + (f" ({plate['name']})" if plate.get("name")
+                                                                          else ""))
+    return sorted(found)

@@ -15,6 +15,7 @@ from server.http.route import Route
 from server.media.routes import MEDIA_ROUTES
 from server.state import SETTINGS
 from server.store.events import EVENT_ROUTES
+from server.store.faces import FACE_ROUTES
 from server.store.memory import MEMORY_ROUTES
 from server.v1.routes import v1_routes
 
@@ -45,4 +46,4 @@ def route_table(settings: Settings) -> tuple[Route, ...]:
     media = MEDIA_ROUTES
     if settings.cluster.redis_url is not None:
         media = (*in_cluster_mode(media), *CLUSTER_ROUTES)
-    return (*media, *HTTP_ROUTES, *EVENT_ROUTES, *MEMORY_ROUTES, *v1_routes(settings))
+    return (*media, *HTTP_ROUTES, *EVENT_ROUTES, *FACE_ROUTES, *MEMORY_ROUTES, *v1_routes(settings))

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from pipelines.errors import parse_number
 from pipelines.timeline.recorder import AppearRule, RecorderSettings, TimelineRecorder
 from pipelines.timeline.store import ENTRY_KINDS, StorageUnavailable, TimelineEntry, TimelineStore
+from pipelines.video.plates import normalise_plate
 from server.config import Settings
 from server.http.errors import ApiError
 from server.http.route import Route
@@ -98,8 +99,10 @@ async def list_events(request: web.Request) -> web.Response:
     since, until = _float(request, "since"), _float(request, "until")
     if since is not None and until is not None and since > until:  # as /api/search answers it
         raise ApiError("invalid_parameter", "since is after until", param="since")
+    plate = normalise_plate(query.get("plate") or "") or None
     entries = await _blocking(store.query, source=source, name=query.get("name") or None, kinds=kinds,
-                              since=since, until=until, before_seq=cursor, limit=limit)
+                              since=since, until=until, before_seq=cursor, limit=limit,
+                              identity=query.get("identity") or None, plate=plate)
     next_cursor = str(entries[-1].seq) if len(entries) == limit else None
     return web.json_response(text=EventList(events=[_info(e) for e in entries], next_cursor=next_cursor)
                              .model_dump_json())
@@ -208,7 +211,7 @@ async def delete_event(request: web.Request) -> web.Response:
 _ONE = "/api/events/{event_id}"
 EVENT_ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/events", list_events,
-          "The timeline, newest first (?source=&session=&name=&kind=&since=&until=&limit=&cursor=)",
+          "The timeline, newest first (?source=&session=&name=&kind=&since=&until=&limit=&cursor=&identity=&plate=)",
           response=EventList, errors=(400, 401, 404, 503)),
     Route("GET", _ONE, get_event, "One stored event", response=EventInfo, errors=(401, 404, 503)),
     Route("GET", _ONE + "/clip.mp4", get_event_clip, "The event's MP4 clip (HTTP range requests: 206)",

@@ -1,0 +1,212 @@
+"""Issue 22's logic without models: where a face is looked for, how often, what a track keeps, how names and
+plates reach events, alerts, memory, the scene text and the config. The models themselves are tested on real
+photos in tests/integration/test_faces.py."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pytest
+
+from models.detectors import Detection
+from models.plates import TextLine
+from pipelines.memory.feed import describe_event
+from pipelines.protocol import EVENT_PAYLOADS, DetectedObject, ZoneConfig
+from pipelines.timeline.alerts import render, spoken_names
+from pipelines.video.faces import FaceGallery, FaceSettings, Identity, StreamFaces, check_name, face_region
+from pipelines.video.plates import PlateReader, PlateSettings, normalise_plate
+from pipelines.video.scene import SceneState, known_in_view
+from server.config import load_settings
+from server.config.faces import FacesSettings, PlatesSettings
+from server.config_mapping import (
+    FACES_SETTINGS_NOT_PASSED,
+    PLATES_SETTINGS_NOT_PASSED,
+    face_settings,
+    plate_settings,
+)
+
+# COCO keypoints 0-4 (nose, eyes, ears) of a person facing the camera in a 640x480 frame, normalised
+FRONT = [(0.50, 0.20, 0.9), (0.52, 0.18, 0.9), (0.48, 0.18, 0.9), (0.55, 0.19, 0.8), (0.45, 0.19, 0.8)]
+BOX = (0.4, 0.1, 0.6, 0.9)
+
+
+def test_a_face_is_looked_for_around_the_nose_and_eyes_of_a_person_facing_the_camera():
+    region = face_region(BOX, FRONT, 640, 480, min_face_px=16)
+    assert region is not None
+    (x1, y1, x2, y2), face_px = region
+    assert x1 < 0.48 * 640 < 0.52 * 640 < x2 and y1 < 0.18 * 480 < 0.20 * 480 < y2
+    assert face_px == pytest.approx(2.5 * 0.04 * 640)  # 2.5 x the eyes (more than 0.9 x ear to ear here)
+
+
+def test_a_person_seen_from_the_side_or_behind_or_too_far_is_not_looked_at():
+    profile = [FRONT[0], FRONT[1], (0.48, 0.18, 0.1), FRONT[3], (0.45, 0.19, 0.05)]  # one eye hidden
+    assert face_region(BOX, profile, 640, 480, min_face_px=16) is None
+    assert face_region(BOX, [(x, y, 0.0) for x, y, _ in FRONT], 640, 480, min_face_px=16) is None  # from behind
+    assert face_region(BOX, FRONT, 640, 480, min_face_px=100) is None  # a 64 px face
+    # No pose (an SSD detector): the top of the box
+    (x1, y1, x2, _), _ = face_region(BOX, None, 640, 480, min_face_px=16)
+    assert (x1, x2) == (256, 384) and y1 == 48
+
+
+@pytest.mark.parametrize("name", ["Alice", "Bob Smith", "Zoë", "o'Brien-2", "李"])
+def test_names_people_have_are_accepted(name: str):
+    assert check_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", " Alice", "Alice ", "../x", "a/b", "-x", "x" * 65, "a\nb"])
+def test_names_that_could_be_paths_or_junk_are_refused(name: str):
+    with pytest.raises(Exception) as raised:
+        check_name(name)
+    assert getattr(raised.value, "code", None) == "invalid_name"
+
+
+def _unit(seed: int) -> np.ndarray:
+    vector = np.random.default_rng(seed).normal(size=128).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def test_the_gallery_matches_by_cosine_persists_and_deletes_everything(tmp_path: Path):
+    gallery = FaceGallery(tmp_path / "faces")
+    assert gallery.match(_unit(1)) == (None, -1.0)
+    gallery.add("Alice", np.stack([_unit(1)]), [(b"\xff\xd8\xffjpeg", "jpg")])
+    gallery.add("Bob", np.stack([_unit(2), _unit(3)]), [(b"a", "png"), (b"b", "png")])
+    name, score = gallery.match(_unit(3))
+    assert name == "Bob" and score == pytest.approx(1.0, abs=1e-5)
+    again = FaceGallery(tmp_path / "faces")  # a restart reads it back
+    assert {p.name: len(p.embeddings) for p in again.people()} == {"Alice": 1, "Bob": 2}
+    folder = next(f for f in (tmp_path / "faces").iterdir() if "Alice" in (f / "person.json").read_text())
+    assert (folder / "0001.jpg").read_bytes() == b"\xff\xd8\xffjpeg"
+    version = again.version
+    assert again.delete("Alice") and not again.delete("Alice")
+    assert again.version > version and not folder.exists()
+    assert again.match(_unit(1))[0] == "Bob"  # the nearest is now someone else: the threshold decides
+    assert [p.name for p in FaceGallery(tmp_path / "faces").people()] == ["Bob"]
+
+
+class ScriptedRecognizerForTest:
+    """The seam of ``StreamFaces``: scripted identities per track id instead of the dlib model, counting calls."""
+
+    def __init__(self, gallery: FaceGallery, settings: FaceSettings) -> None:
+        self.gallery, self.settings = gallery, settings
+        self.executor = ThreadPoolExecutor(1)
+        self.script: dict[int, list[Identity | None]] = {}
+        self.calls: list[int] = []
+
+    def identify(self, image: np.ndarray, box: Any, keypoints: Any) -> Identity | None:
+        track_id = round(box[0] * 100)  # the tests put the track id in the box
+        self.calls.append(track_id)
+        answers = self.script.get(track_id) or [None]
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+
+
+def _person(track_id: int, width: float = 0.1) -> Detection:
+    return Detection("person", 0, 0.9, (track_id / 100, 0.1, track_id / 100 + width, 0.9), FRONT, track_id)
+
+
+async def test_each_track_is_looked_at_once_per_interval_keeps_its_name_and_loses_a_deleted_one(tmp_path: Path):
+    gallery = FaceGallery(tmp_path / "faces")
+    gallery.add("Alice", np.stack([_unit(1)]), [])
+    recognizer = ScriptedRecognizerForTest(gallery, FaceSettings(enabled=True, interval_s=1.0, max_per_frame=2))
+    recognizer.script = {1: [Identity(None, 0.3), Identity("Alice", 0.95), Identity(None, 0.2)],
+                         2: [None], 3: [Identity(None, 0.1)]}
+    faces = StreamFaces(recognizer)  # type: ignore[arg-type]
+    frame = av.VideoFrame.from_ndarray(np.zeros((48, 64, 3), np.uint8), format="rgb24")
+
+    async def step(pts: float, tracks: list[int]) -> tuple[list[dict], list[tuple[str, dict]]]:
+        detections = [_person(t, width=0.05 * t) for t in tracks]
+        objects = [d.as_message() for d in detections]
+        events = [("zone.enter", {"zone": "door", "track_id": t, "label": "person"}) for t in tracks]
+        await faces.annotate(frame, pts, detections, objects, events)
+        return objects, events
+
+    objects, _ = await step(0.0, [1, 2, 3])
+    assert sorted(recognizer.calls) == [2, 3]  # max_per_frame, largest first: track 1 waits
+    assert "identity" not in objects[1] and objects[2]["identity"] == {"name": None, "score": 0.1}
+    await step(0.2, [1, 2, 3])
+    assert recognizer.calls[-1] == 1 and len(recognizer.calls) == 3  # 2 and 3 are not due before 1.0 s
+    objects, events = await step(1.2, [1, 3])  # both due again: 3 (larger) and 1
+    assert recognizer.calls[3:] == [3, 1]
+    assert objects[0]["identity"] == {"name": "Alice", "score": 0.95} and objects[1]["identity"]["name"] is None
+    assert events[0][1]["identity"]["name"] == "Alice"
+    await step(1.3, [1, 3])
+    objects, _ = await step(4.0, [1])  # known: never looked at again (a worse view cannot undo it)
+    assert len(recognizer.calls) == 5 and objects[0]["identity"]["name"] == "Alice"
+    gallery.delete("Alice")
+    objects, _ = await step(4.1, [1])  # deleted: the name is taken back at once and the face looked at again
+    assert len(recognizer.calls) == 6 and objects[0]["identity"] == {"name": None, "score": 0.2}
+    recognizer.executor.shutdown()
+
+
+def test_plates_are_read_from_plate_like_lines_best_first_and_named_when_known():
+    reader = PlateReader(object(), PlateSettings(known={"ab 12-cde": "Alice's car"}, min_score=0.6))  # type: ignore[arg-type]
+    lines = [TextLine("TOYOTA", 0.99, (0, 0, 1, 1)), TextLine("AB12 CDE", 0.91, (0, 0, 1, 1)),
+             TextLine("AB12CDF", 0.85, (0, 0, 1, 1)), TextLine("X9Y8Z7", 0.5, (0, 0, 1, 1))]
+    best = reader.best(lines)
+    assert best is not None and (best.text, best.name) == ("AB12CDE", "Alice's car")
+    assert reader.best(lines[:1]) is None  # a word without a digit is not a plate
+    assert reader.best([lines[3]]) is None  # too unsure
+    assert normalise_plate("ab-12 cd") == "AB12CD"
+
+
+def test_names_and_plates_reach_alerts_memory_and_the_scene_text():
+    data = {"zone": "door", "track_id": 3, "label": "person", "identity": {"name": "Alice", "score": 0.97}}
+    assert render("{identity} is at the {zone}", {**data, **spoken_names(data)}) == "Alice is at the door"
+    unknown = {**data, "identity": {"name": None, "score": 0.4}}
+    assert render("{identity} is at the {zone}", {**unknown, **spoken_names(unknown)}) == "someone is at the door"
+    assert describe_event("zone.enter", data).startswith("Alice, a person (track 3), entered zone 'door'")
+    car = {"line": "gate", "track_id": 5, "label": "car", "direction": "in",
+           "plate": {"text": "AB12CDE", "score": 0.9, "name": "Alice's car"}}
+    assert "plate AB12CDE (Alice's car)" in describe_event("line.cross", car)
+    objects = [{"label": "person", "identity": {"name": "Alice", "score": 0.97}},
+               {"label": "person", "identity": {"name": None, "score": 0.2}}, {"label": "car", "plate": car["plate"]}]
+    scene = SceneState()
+    scene.update(labels=["person", "person", "car"], pts=1.0, ts=1.0, model="m", zone_occupancy={}, line_counts={},
+                 events=[], known=known_in_view(objects))
+    assert "Recognised in view: Alice (person), a car with plate AB12CDE (Alice's car)." in scene.summary()
+    assert ZoneConfig(name="door", polygon=[(0, 0), (1, 0), (1, 1)], announce="{identity} at the {plate}")
+
+
+def test_identity_and_plate_are_part_of_the_protocol():
+    for name in ("zone.enter", "zone.exit", "line.cross", "object.appeared"):
+        fields = EVENT_PAYLOADS[name].model_fields
+        assert "identity" in fields and "plate" in fields
+    DetectedObject.model_validate({"label": "person", "class_id": 0, "conf": 0.9, "box": (0, 0, 1, 1),
+                                   "identity": {"name": "Alice", "score": 0.9}})
+
+
+def test_faces_and_plates_are_off_by_default_and_on_with_one_key():
+    settings = load_settings(None, {})
+    assert not settings.video.faces.enabled and not settings.video.plates.enabled
+    on = load_settings(None, {"video": {"faces": {"enabled": True}, "plates": {"enabled": True}}})
+    assert on.video.faces.enabled and on.video.plates.enabled
+    assert on.video.faces.model.backend == "dlib" and on.video.plates.model.backend == "rapidocr"
+
+
+def _changed(value: Any) -> Any:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value / 2 if isinstance(value, float) else value + 1
+    if isinstance(value, list):
+        return [*value, "extra"]
+    if isinstance(value, dict):
+        return {**value, "XY12": "extra"}
+    return value
+
+
+@pytest.mark.parametrize(("section", "lower", "mapping", "not_passed"), [
+    (FacesSettings, FaceSettings, face_settings, FACES_SETTINGS_NOT_PASSED),
+    (PlatesSettings, PlateSettings, plate_settings, PLATES_SETTINGS_NOT_PASSED),
+])
+def test_every_faces_and_plates_value_set_in_the_config_arrives(section, lower, mapping, not_passed):
+    passed = set(section.model_fields) - set(not_passed)
+    assert passed == set(lower.__dataclass_fields__)
+    values = {name: _changed(getattr(section(), name)) for name in passed}
+    mapped = mapping(section(**values))
+    for name, value in values.items():
+        got = getattr(mapped, name)
+        assert (list(got) if isinstance(got, tuple) else dict(got) if name == "known" else got) == value, name
