@@ -30,7 +30,7 @@ from pipelines.video.batcher import InferenceBatcher
 from pipelines.video.faces import FaceGallery, FaceRecognizer, FaceSettings, face_region
 from pipelines.video.plates import PlateReader, PlateSettings, StreamPlates
 from server.config import load_settings
-from server.state import TIMELINE
+from server.state import MEMORY, TIMELINE
 from tests.integration.test_sources import Watcher
 from tests.support import face_photos
 from tests.support.face_photos import ENROLLED, evaluate, photo_bytes, photo_rgb, precision_recall
@@ -178,10 +178,12 @@ def arrivals(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-async def test_tracks_and_their_events_carry_the_name_and_the_timeline_finds_them(vigil, arrivals: Path):
+async def test_tracks_and_their_events_carry_the_name_and_the_timeline_and_search_find_them(
+        vigil, arrivals: Path, tmp_path: Path):
     detector = {"backend": load_settings(None, {}).models.detector.backend}  # the default: the pose model
     server = await vigil(sources={"media_root": str(arrivals)}, video={"target_fps": 5, "faces": {"enabled": True}},
-                         models={"detector": detector}, storage={"appear": [{"label": "person"}], "clips": False})
+                         models={"detector": detector}, storage={"appear": [{"label": "person"}], "clips": False},
+                         memory={"enabled": True, "data_dir": str(tmp_path / "memory")})
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{server.url}/api/faces/Barack", data=photo_bytes("obama.jpg"),
                              headers={"Content-Type": "image/jpeg"}) as response:
@@ -206,6 +208,10 @@ async def test_tracks_and_their_events_carry_the_name_and_the_timeline_finds_the
         assert all(e["data"]["identity"]["name"] == "Barack" for e in stored)
         async with http.get(f"{server.url}/api/events?identity=Joe") as response:
             assert (await response.json())["events"] == []
+        await server.app[MEMORY].flush()  # memory indexes what the timeline committed
+        async with http.get(f"{server.url}/api/search", params={"q": "when did Barack come?"}) as response:
+            results = (await response.json())["results"]
+        assert results and "Barack" in results[0]["text"] and results[0]["kind"] == "event", results
 
 
 # ---------------------------------------------------------------- plates
