@@ -143,6 +143,8 @@ class Scene(BaseModel):
     ts: float | None
     last_change_ts: float | None
     model: str | None
+    known: list[str] = Field(default_factory=list, description=(
+        "Who and which is in view: enrolled people by name (video.faces), vehicles by plate (video.plates)."))
     summary: str = Field(description="The scene in one paragraph, as the voice loop's LLM sees it.")
 
 
