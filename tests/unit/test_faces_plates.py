@@ -4,6 +4,7 @@ photos in tests/integration/test_faces.py."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from models.plates import TextLine
 from pipelines.memory.feed import describe_event
 from pipelines.protocol import EVENT_PAYLOADS, DetectedObject, ZoneConfig
 from pipelines.timeline.alerts import render, spoken_names
+from pipelines.timeline.store import TimelineEntry, TimelineStore
 from pipelines.video.faces import FaceGallery, FaceSettings, Identity, StreamFaces, check_name, face_region
 from pipelines.video.plates import PlateReader, PlateSettings, normalise_plate
 from pipelines.video.scene import SceneState, known_in_view
@@ -210,3 +212,24 @@ def test_every_faces_and_plates_value_set_in_the_config_arrives(section, lower, 
     for name, value in values.items():
         got = getattr(mapped, name)
         assert (list(got) if isinstance(got, tuple) else dict(got) if name == "known" else got) == value, name
+
+
+def test_the_timeline_finds_events_by_identity_and_by_plate(tmp_path: Path):
+    store = TimelineStore(tmp_path / "timeline", max_age_s=86400, quota_bytes=10**9)
+    store.open()
+    try:
+        people = [{"name": "Alice", "score": 0.95}, {"name": None, "score": 0.3}, None]
+        for index, identity in enumerate(people):
+            data = {"zone": "door", "track_id": index + 1, "label": "person"}
+            store.put(TimelineEntry(kind="event", name="zone.enter", source="cam", origin="rtsp", wall_ts=time.time(),
+                                    data={**data, "identity": identity} if identity else data))
+        store.put(TimelineEntry(kind="event", name="line.cross", source="cam", origin="rtsp", wall_ts=time.time(),
+                                data={"line": "gate", "track_id": 9, "label": "car", "direction": "in",
+                                      "plate": {"text": "AB12CDE", "score": 0.9, "name": None}}))
+        assert store.flush()
+        assert [e.data["track_id"] for e in store.query(identity="Alice")] == [1]
+        assert store.query(identity="Bob") == []
+        assert [e.data["track_id"] for e in store.query(plate="AB12CDE")] == [9]
+        assert len(store.query()) == 4
+    finally:
+        store.close()
