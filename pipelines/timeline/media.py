@@ -18,6 +18,8 @@ import av
 import cv2
 import numpy as np
 
+from pipelines.video.frames import reformat, to_array
+
 CLIP_ENCODER = "libx264" if "libx264" in av.codecs_available else "mpeg4"
 
 
@@ -133,7 +135,7 @@ def encode_clip(path: Path, frames: Sequence[tuple[float, av.VideoFrame]]) -> fl
             stream.options = {"preset": "ultrafast", "crf": "26"}
         last_pts = -1
         for seconds, frame in frames:
-            picture = frame.reformat(width=width, height=height, format="yuv420p")
+            picture = reformat(frame, width=width, height=height, format="yuv420p")
             pts = max(round((seconds - origin) * 1000), last_pts + 1)
             picture.pts, picture.time_base, last_pts = pts, time_base, pts
             for packet in stream.encode(picture):
@@ -145,7 +147,7 @@ def encode_clip(path: Path, frames: Sequence[tuple[float, av.VideoFrame]]) -> fl
 
 def write_snapshot(path: Path, frame: av.VideoFrame, objects: Iterable[dict[str, Any]]) -> None:
     """The event frame as a JPEG with its detections' boxes and labels drawn."""
-    picture = np.ascontiguousarray(frame.to_ndarray(format="bgr24"))
+    picture = np.ascontiguousarray(to_array(frame, "bgr24"))
     height, width = picture.shape[:2]
     for obj in objects:
         x1, y1, x2, y2 = obj["box"]

@@ -23,6 +23,7 @@ import numpy as np
 
 from models.detectors import Detection, Detector
 from pipelines import telemetry
+from pipelines.video.frames import to_array
 
 T = TypeVar("T")
 
@@ -51,7 +52,7 @@ def lower_thread_priority(nice: int) -> None:
 
 def to_bgr(frame: av.VideoFrame) -> np.ndarray:
     """Only sampled frames pay for this conversion (decoding every frame is unavoidable, converting is not)."""
-    return frame.to_ndarray(format="bgr24")
+    return to_array(frame, "bgr24")
 
 
 class InferenceBatcher:

@@ -29,6 +29,7 @@ import cv2
 import numpy as np
 
 from pipelines.protocol import MotionConfig
+from pipelines.video.frames import reformat
 
 WIDTH = 256  # small enough to cost little, large enough that a person 30 px wide at 640 is still ~12 px
 BLUR = (5, 5)
@@ -112,7 +113,7 @@ def small_grey(frame: av.VideoFrame) -> np.ndarray:
     """The frame at most ``WIDTH`` wide, grey (uint8, height x width), in one swscale call."""
     width = min(WIDTH, frame.width)
     height = max(2, round(frame.height * width / frame.width / 2) * 2)
-    return frame.reformat(width=width, height=height, format="gray").to_ndarray()
+    return reformat(frame, width=width, height=height, format="gray").to_ndarray()
 
 
 def _rasterise(polygons: list[list[tuple[float, float]]], shape: tuple[int, ...]) -> np.ndarray:
