@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from concurrent.futures import Executor
 
 import numpy as np
@@ -129,7 +129,7 @@ class ReplyStreamer:
             self._send(Reply, turn=turn.number, done=True)
         return None
 
-    async def _deltas(self, request: LlmRequest, canned: str | None) -> AsyncIterator[str]:
+    async def _deltas(self, request: LlmRequest, canned: str | None) -> AsyncGenerator[str, None]:
         if canned is not None:
             yield canned
             return
