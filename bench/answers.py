@@ -41,6 +41,7 @@ from bench.voice import (
     Turn,
     VigilPeer,
     ensure_pipecat_venv,
+    llm_config,
     only_loopback,
     percentile,
     trimmed,
@@ -237,11 +238,6 @@ def grade(server: str, question: Q, conversation: Conversation, index: int, turn
 
 
 # ------------------------------------------------------------------ the servers and the run
-
-
-def llm_config(spec: str) -> dict[str, Any]:
-    """``--llm``: a packaged name (models.llm.weights) or a GGUF path (models.llm.model_path)."""
-    return {"model_path": str(Path(spec).resolve())} if spec.endswith(".gguf") else {"weights": spec}
 
 
 def clip_track(name: str, workdir: Path, seconds: float) -> Any:

@@ -14,6 +14,7 @@ beside its heard figures.
     make bench BENCH=voice                 # offline sandbox, like the tests
     python -m bench.voice --vigil-root /work/wt/voice --turns 12
     python -m bench.voice --vigil-root /work/main --vigil-root /work/wt/voice@voice   # two Vigils, one run
+    python -m bench.voice --llm qwen2.5-0.5b --llm smollm2-135m   # one Vigil per LLM (models.llm), one run
 
 Without ``--no-sandbox`` the bench creates the venv if needed, then re-executes itself in a private network
 namespace with only loopback (``unshare -n``), so nothing it runs can download anything.
@@ -69,6 +70,11 @@ QUESTIONS = [
 PAUSED = ("Could you tell me", "what the weather will be like tomorrow?")
 PAUSE_S = 0.7
 SECOND_HALF_WORD = "weather"
+
+
+def llm_config(spec: str) -> dict[str, Any]:
+    """``--llm``: a packaged name (models.llm.weights) or a GGUF path (models.llm.model_path)."""
+    return {"model_path": str(Path(spec).resolve())} if spec.endswith(".gguf") else {"weights": spec}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -555,7 +561,17 @@ def flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace, pipecat_python: Path, roots: dict[str, tuple[Path, str]]) -> None:
-    """``roots``: server name -> (the Vigil checkout or exported commit it serves, where that came from)."""
+    """``roots``: server name -> (the Vigil checkout or exported commit it serves, where that came from).
+    ``args.llm``: each checkout is served once per LLM named (its default config otherwise)."""
+    llms: dict[str, str] = {}  # server name -> its --llm (absent: the checkout's default)
+    if args.llm:
+        served: dict[str, tuple[Path, str]] = {}
+        for name, (root, source) in roots.items():
+            for spec in args.llm:
+                short = Path(spec).stem if spec.endswith(".gguf") else spec
+                server = f"vigil:{short}" if len(roots) == 1 else f"{name}:{short}"
+                served[server], llms[server] = (root, f"{source}; models.llm: {spec}"), spec
+        roots = served
     restrict_host_addresses(["127.0.0.1"])  # this client's ICE: loopback, the only interface here
     started = time.perf_counter()
     logs = Path(tempfile.mkdtemp(prefix="vigil-bench-voice-"))
@@ -580,6 +596,8 @@ async def run(args: argparse.Namespace, pipecat_python: Path, roots: dict[str, t
     def config(name: str) -> dict[str, Any]:
         llm = {"models": {"llm": {"backend": "openai", "base_url": f"http://127.0.0.1:{vllm.port}"}}} if (
             vllm is not None and name == "vigil+vllm") else {}
+        if name in llms:
+            llm = {"models": {"llm": llm_config(llms[name])}}
         return {"webrtc": {"host_addresses": ["127.0.0.1"]}, **llm}
 
     vigils = {name: VigilProcess(logs, config(name), root=root, memory_off=False,
@@ -679,6 +697,10 @@ def main() -> None:
         "--vigil-root", action="append", metavar="DIR[@REV]",
         help="a Vigil checkout to serve (default: this one); DIR@REV serves that commit of it (exported to "
              ".cache/, so uncommitted edits stay out). Repeat it to measure several, alternating, in one run")
+    parser.add_argument(
+        "--llm", action="append", metavar="NAME|FILE.gguf",
+        help="serve each checkout once per LLM: a models.llm.weights name (qwen2.5-0.5b, smollm2-135m, qwen2.5-1.5b) "
+             "or a GGUF path; repeat to compare several in one run (default: the checkout's default config)")
     parser.add_argument("--turns", type=int, default=10, help="questions per server (alternating)")
     parser.add_argument("--paused", type=int, default=3, help="paused questions per server (0: none)")
     parser.add_argument("--turns-per-connection", type=int, default=6,
