@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from models.llm import ChatMessage
 from pipelines.voice.replies import (
     ReplyGuard,
     acknowledge,
@@ -11,6 +12,7 @@ from pipelines.voice.replies import (
     recite,
     reminder_request,
     session_prompt,
+    turn_messages,
 )
 
 
@@ -87,3 +89,20 @@ def test_remembered_camera_entries_are_left_out_of_an_audio_only_prompt():
                "- 2026-12-04 13:30:00 UTC (13 min ago), the camera's view: The camera currently sees 2 persons.")
     kept = without_camera(context).splitlines()
     assert len(kept) == 2 and "Clara" in kept[1]
+
+
+def test_what_changes_per_turn_follows_the_conversation_so_the_cached_prefix_stays():
+    system = session_prompt("Be brief.", video=True)
+    history = [ChatMessage("user", "Hello."), ChatMessage("assistant", "Hi.")]
+    scene = "The camera currently sees 2 persons."
+    recalled = ("What you remember:\n- 2026-12-04 13:40:01 UTC (3 min ago), the user said: \"My car is blue.\"\n"
+                "- 2026-12-04 13:31:12 UTC (12 min ago), the camera saw: person (track 1) left zone 'door'")
+    asked = turn_messages(system, history, "How many people do you see?", video=True, scene=scene)
+    assert asked[:3] == [ChatMessage("system", system), *history]  # the same prefix as the turn before
+    assert asked[3:] == [ChatMessage("system", "What the camera sees right now: " + scene),
+                         ChatMessage("user", "How many people do you see?")]
+    plain = turn_messages(system, history, "What is twelve times three?", video=True, scene=scene)
+    assert plain == [ChatMessage("system", system), *history, ChatMessage("user", "What is twelve times three?")]
+    audio_only = turn_messages(session_prompt("Be brief.", video=False), [], "What colour did I say my car was?",
+                               video=False, scene=None, recalled=recalled)
+    assert "blue" in audio_only[1].content and "camera" not in audio_only[1].content
