@@ -53,11 +53,12 @@ def voice_loop_config(voice: VoiceSettings, origin: str) -> VoiceLoopConfig:
 def face_settings(faces: FacesSettings) -> FaceSettings:
     """``video.faces`` -> face recognition (``pipelines.video.faces``)."""
     return FaceSettings(enabled=faces.enabled, threshold=faces.threshold, interval_s=faces.interval_s,
-                        max_per_frame=faces.max_per_frame, min_face_px=faces.min_face_px, labels=tuple(faces.labels))
+                        max_per_frame=faces.max_per_frame, max_wait_s=faces.max_wait_s, min_face_px=faces.min_face_px,
+                        labels=tuple(faces.labels))
 
 
 def plate_settings(plates: PlatesSettings) -> PlateSettings:
     """``video.plates`` -> plate reading (``pipelines.video.plates``)."""
     return PlateSettings(enabled=plates.enabled, labels=tuple(plates.labels), interval_s=plates.interval_s,
-                         max_per_frame=plates.max_per_frame, min_score=plates.min_score,
+                         max_per_frame=plates.max_per_frame, max_wait_s=plates.max_wait_s, min_score=plates.min_score,
                          settle_score=plates.settle_score, known=dict(plates.known))

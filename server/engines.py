@@ -208,13 +208,16 @@ class Engines:
 
         def build() -> FaceRecognizer:
             faces = self.settings.video.faces
-            recognizer = FaceRecognizer(self.models.backend(FACE_MODELS, faces.model),
-                                        FaceGallery(self.settings.storage.data_dir / "faces"),
+            recognizer = FaceRecognizer(self.models.backend(FACE_MODELS, faces.model), self.face_gallery(),
                                         config_mapping.face_settings(faces))
             self._per_app.append(recognizer)  # its thread is this app's
             return recognizer
 
         return self._once("faces", build)
+
+    def face_gallery(self) -> FaceGallery:
+        """The people enrolled under ``storage.data_dir``/faces (listing or deleting them needs no model)."""
+        return self._once("face_gallery", lambda: FaceGallery(self.settings.storage.data_dir / "faces"))
 
     def plates(self) -> PlateReader:
         """Licence plates (``video.plates``): the text reader (pooled) and the plate rules; built on first use."""

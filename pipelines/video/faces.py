@@ -1,7 +1,7 @@
 """Who is this person: enrolled faces (``FaceGallery``, on disk under ``storage.data_dir``), recognition
 (``FaceRecognizer``: a face crop from a tracked person, its embedding, the best match) and, per stream, when to
-look (``StreamFaces``: at most once per ``interval_s`` per track, at most ``max_per_frame`` faces per analysed
-frame, on the faces thread, never the event loop).
+look (``StreamFaces``, with ``pipelines.video.looks``: at most once per ``interval_s`` per track, less often
+while unknown, at most ``max_per_frame`` faces per analysed frame, on the faces thread, never the event loop).
 
 The face crop comes from the person's pose keypoints (the default detector, yolo11n-pose, gives nose, eyes and
 ears): a person whose nose and both eyes are not all visible is not facing the camera and is not looked at. The
@@ -15,7 +15,6 @@ back from live tracks at the next frame. Embeddings and images never go to logs 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -36,6 +35,7 @@ import numpy as np
 from models.detectors import Detection
 from models.faces import FaceBox, FaceModel
 from pipelines.errors import ApiError
+from pipelines.video.looks import TrackLooks
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ class FaceSettings:
     threshold: float = 0.9  # cosine similarity from which a face is the enrolled person's
     interval_s: float = 1.0  # per track, media time between two looks
     max_per_frame: int = 2
+    max_wait_s: float = 0.25  # how long a frame waits for its stream's look (longer: a later frame gets it)
     min_face_px: int = 40  # faces narrower than this in the frame are not looked at
     labels: tuple[str, ...] = ("person",)
 
@@ -297,64 +298,36 @@ def face_region(box: tuple[float, float, float, float], keypoints: list[tuple[fl
 # ---------------------------------------------------------------- per stream
 
 
-@dataclass(slots=True)
-class _Track:
-    identity: Identity | None = None
-    next_pts: float = float("-inf")  # not looked at before this media time
-    last_pts: float = 0.0
+class StreamFaces(TrackLooks[Identity]):
+    """One per stream: which persons to look at on this frame (``pipelines.video.looks``), and who each track is.
+    A name settles a track for its life; an unknown face is looked at again, less and less often."""
 
-
-class StreamFaces:
-    """One per stream: which tracks to look at on this frame, and what each track is known as."""
-
-    FORGET_S = 30.0  # a track not seen this long is forgotten (ByteTrack dropped it long before)
+    key = "identity"
 
     def __init__(self, recognizer: FaceRecognizer) -> None:
+        settings = recognizer.settings
+        super().__init__(recognizer.executor, labels=settings.labels, interval_s=settings.interval_s,
+                         max_per_frame=settings.max_per_frame, max_wait_s=settings.max_wait_s)
         self.recognizer = recognizer
-        self.settings = recognizer.settings
-        self._tracks: dict[int, _Track] = {}
         self._version = recognizer.gallery.version
 
-    async def annotate(self, frame: av.VideoFrame, pts: float, detections: list[Detection],
-                       objects: list[dict[str, Any]], events: list[tuple[str, dict[str, Any]]]) -> None:
-        self._forget(pts)
-        due: list[Detection] = []
-        for detection in detections:
-            if detection.track_id is None or detection.label not in self.settings.labels:
-                continue
-            track = self._tracks.setdefault(detection.track_id, _Track())
-            track.last_pts = pts
-            if pts >= track.next_pts and (track.identity is None or track.identity.name is None):
-                due.append(detection)
-        due.sort(key=lambda d: (d.box[2] - d.box[0]) * (d.box[3] - d.box[1]), reverse=True)  # nearest first
-        due = due[: self.settings.max_per_frame]
-        if due:
-            loop = asyncio.get_running_loop()
-            found = await loop.run_in_executor(self.recognizer.executor, self._look, frame, due)
-            for detection, identity in zip(due, found, strict=True):
-                track = self._tracks[detection.track_id]  # type: ignore[index]
-                track.next_pts = pts + self.settings.interval_s
-                if identity is not None and (track.identity is None or track.identity.name is None):
-                    track.identity = identity
-        known = {track_id: t.identity.as_message() for track_id, t in self._tracks.items() if t.identity is not None}
-        for obj in objects:
-            if obj.get("track_id") in known:
-                obj["identity"] = known[obj["track_id"]]
-        for _, data in events:
-            if data.get("track_id") in known:
-                data["identity"] = known[data["track_id"]]
-
-    def _look(self, frame: av.VideoFrame, due: list[Detection]) -> list[Identity | None]:
+    def look(self, frame: av.VideoFrame, due: list[Detection]) -> list[Identity | None]:
         image = frame.to_ndarray(format="rgb24")
         return [self.recognizer.identify(image, d.box, d.keypoints) for d in due]
 
-    def _forget(self, pts: float) -> None:
-        for track_id in [t for t, track in self._tracks.items() if pts - track.last_pts > self.FORGET_S]:
-            del self._tracks[track_id]
+    def settled(self, value: Identity | None) -> bool:
+        return value is not None and value.name is not None
+
+    def message(self, value: Identity) -> dict[str, Any]:
+        return value.as_message()
+
+    def refresh(self, tracks: dict[int, Any]) -> None:
         version = self.recognizer.gallery.version
-        if version != self._version:  # someone enrolled or was deleted: names taken back, unknowns looked at again
-            self._version = version
-            names = self.recognizer.gallery.names()
-            for track in self._tracks.values():
-                if track.identity is not None and track.identity.name not in names:
-                    track.identity, track.next_pts = None, float("-inf")
+        if version == self._version:
+            return
+        # Someone was enrolled or deleted: names taken back, unknown faces looked at again now.
+        self._version = version
+        names = self.recognizer.gallery.names()
+        for track in tracks.values():
+            if track.value is not None and track.value.name not in names:
+                track.value, track.next_pts, track.looks = None, float("-inf"), 0

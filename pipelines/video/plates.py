@@ -1,16 +1,15 @@
 """Which car: licence plates read from vehicle tracks (``video.plates``).
 
 No general plate detector ships offline, so the text reader (PP-OCRv4) looks at the vehicle's crop, at most once per
-``interval_s`` per track and ``max_per_frame`` vehicles per analysed frame, on the plates thread (never the event
-loop); of the lines it reads, those that look like a plate (4-10 letters and digits, at least one digit, once
-spaces and dashes are dropped) are candidates, and each track keeps its best reading (highest confidence) as
-``plate``, with the name of a known plate (``video.plates.known``). A track whose best reading reached
-``settle_score`` is not read again.
+``interval_s`` per track (less often while nothing is read) and ``max_per_frame`` vehicles per analysed frame, on
+the plates thread (never the event loop; ``pipelines.video.looks``). Of the lines it reads, those that look like a
+plate (4-10 letters and digits, at least one digit, once spaces and dashes are dropped) are candidates, and each
+track keeps its best reading (highest confidence) as ``plate``, with the name of a known plate
+(``video.plates.known``). A track whose best reading reached ``settle_score`` is not read again.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,7 @@ import numpy as np
 
 from models.detectors import Detection
 from models.plates import TextLine, TextReader
+from pipelines.video.looks import TrackLooks
 
 _NOT_PLATE = re.compile(r"[^A-Z0-9]")
 _PLATE = re.compile(r"^(?=.*\d)[A-Z0-9]{4,10}$")
@@ -36,6 +36,7 @@ class PlateSettings:
     labels: tuple[str, ...] = ("car", "bus", "truck")
     interval_s: float = 1.0
     max_per_frame: int = 1
+    max_wait_s: float = 0.25  # how long a frame waits for its stream's reading (longer: a later frame gets it)
     min_score: float = 0.6
     settle_score: float = 0.95
     known: Mapping[str, str] = field(default_factory=dict)  # normalised plate -> name
@@ -89,54 +90,28 @@ class PlateReader:
         return self.best(self.reader.read(image[y1:y2, x1:x2]))
 
 
-@dataclass(slots=True)
-class _Track:
-    plate: PlateReading | None = None
-    next_pts: float = float("-inf")
-    last_pts: float = 0.0
+class StreamPlates(TrackLooks[PlateReading]):
+    """One per stream: which vehicles to read on this frame (``pipelines.video.looks``), and each track's best
+    reading; a reading of ``settle_score`` or more ends the track's readings."""
 
-
-class StreamPlates:
-    """One per stream: which vehicles to read on this frame, and each track's best reading."""
-
-    FORGET_S = 30.0
+    key = "plate"
 
     def __init__(self, reader: PlateReader) -> None:
+        settings = reader.settings
+        super().__init__(reader.executor, labels=settings.labels, interval_s=settings.interval_s,
+                         max_per_frame=settings.max_per_frame, max_wait_s=settings.max_wait_s)
         self.reader = reader
-        self.settings = reader.settings
-        self._tracks: dict[int, _Track] = {}
+        self.settle_score = settings.settle_score
 
-    async def annotate(self, frame: av.VideoFrame, pts: float, detections: list[Detection],
-                       objects: list[dict[str, Any]], events: list[tuple[str, dict[str, Any]]]) -> None:
-        for track_id in [t for t, track in self._tracks.items() if pts - track.last_pts > self.FORGET_S]:
-            del self._tracks[track_id]
-        due: list[Detection] = []
-        for detection in detections:
-            if detection.track_id is None or detection.label not in self.settings.labels:
-                continue
-            track = self._tracks.setdefault(detection.track_id, _Track())
-            track.last_pts = pts
-            settled = track.plate is not None and track.plate.score >= self.settings.settle_score
-            if pts >= track.next_pts and not settled:
-                due.append(detection)
-        due.sort(key=lambda d: (d.box[2] - d.box[0]) * (d.box[3] - d.box[1]), reverse=True)
-        due = due[: self.settings.max_per_frame]
-        if due:
-            loop = asyncio.get_running_loop()
-            found = await loop.run_in_executor(self.reader.executor, self._read, frame, due)
-            for detection, reading in zip(due, found, strict=True):
-                track = self._tracks[detection.track_id]  # type: ignore[index]
-                track.next_pts = pts + self.settings.interval_s
-                if reading is not None and (track.plate is None or reading.score > track.plate.score):
-                    track.plate = reading
-        known = {track_id: t.plate.as_message() for track_id, t in self._tracks.items() if t.plate is not None}
-        for obj in objects:
-            if obj.get("track_id") in known:
-                obj["plate"] = known[obj["track_id"]]
-        for _, data in events:
-            if data.get("track_id") in known:
-                data["plate"] = known[data["track_id"]]
-
-    def _read(self, frame: av.VideoFrame, due: list[Detection]) -> list[PlateReading | None]:
+    def look(self, frame: av.VideoFrame, due: list[Detection]) -> list[PlateReading | None]:
         image = frame.to_ndarray(format="bgr24")
         return [self.reader.read(image, d.box) for d in due]
+
+    def settled(self, value: PlateReading | None) -> bool:
+        return value is not None and value.score >= self.settle_score
+
+    def keep(self, old: PlateReading | None, new: PlateReading) -> PlateReading:
+        return new if old is None or new.score > old.score else old
+
+    def message(self, value: PlateReading) -> dict[str, Any]:
+        return value.as_message()

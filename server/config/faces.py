@@ -22,9 +22,13 @@ class FacesSettings(Section):
         "Cosine similarity of two face embeddings from which they are the same person (dlib's ResNet: 0.92 is its "
         "author's Euclidean distance 0.4 on unit vectors, stricter than his 0.6: fewer wrong names, more unknowns)."))
     interval_s: float = Field(1.0, gt=0, le=3600, description=(
-        "Per track: media seconds between two looks at its face until it is recognised (then never again)."))
+        "Per track: media seconds between two looks at its face until it is recognised (then never again); the "
+        "interval doubles after each look that finds no name, up to 8 times."))
     max_per_frame: int = Field(2, ge=1, le=64, description=(
         "Faces looked at per analysed frame at most (the largest persons first): bounds the cost of a crowd."))
+    max_wait_s: float = Field(0.25, ge=0, le=10, description=(
+        "How long a frame waits for its stream's look, so that a name found at once is on that frame's events; a "
+        "look that takes longer is applied to a later frame (detection never waits behind faces)."))
     min_face_px: int = Field(40, ge=16, le=1000, description="Faces narrower than this (frame pixels) are ignored.")
     labels: list[str] = Field(["person"], min_length=1, description="Detector labels whose tracks have faces.")
 
@@ -38,6 +42,8 @@ class PlatesSettings(Section):
     labels: list[str] = Field(["car", "bus", "truck"], min_length=1, description="Detector labels that have plates.")
     interval_s: float = Field(1.0, gt=0, le=3600, description="Per track: media seconds between two readings.")
     max_per_frame: int = Field(1, ge=1, le=64, description="Vehicles read per analysed frame at most (largest first).")
+    max_wait_s: float = Field(0.25, ge=0, le=10, description=(
+        "How long a frame waits for its stream's reading; a longer one is applied to a later frame."))
     min_score: float = Field(0.6, ge=0, le=1, description="Readings below this confidence are ignored.")
     settle_score: float = Field(0.95, ge=0, le=1, description="A track read this confidently is not read again.")
     known: dict[str, str] = Field(default_factory=dict, description=(

@@ -73,15 +73,15 @@ async def enrol(request: web.Request) -> web.Response:
 
 
 async def list_people(request: web.Request) -> web.Response:
-    recognizer = await _recognizer(request)
-    people = [PersonInfo(**p.info()) for p in recognizer.gallery.people()]
+    gallery = await asyncio.to_thread(request.app[ENGINES].face_gallery)  # no model needed: the dashboard asks
+    people = [PersonInfo(**p.info()) for p in gallery.people()]
     return web.json_response(text=PeopleList(people=people).model_dump_json())
 
 
 async def delete_person(request: web.Request) -> web.Response:
     name = request.match_info["name"]
-    recognizer = await _recognizer(request)
-    if not await asyncio.to_thread(recognizer.gallery.delete, name):
+    gallery = await asyncio.to_thread(request.app[ENGINES].face_gallery)
+    if not await asyncio.to_thread(gallery.delete, name):
         raise ApiError("not_found", "nobody is enrolled under that name")
     return web.Response(status=204)
 

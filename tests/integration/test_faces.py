@@ -181,7 +181,9 @@ def arrivals(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def test_tracks_and_their_events_carry_the_name_and_the_timeline_and_search_find_them(
         vigil, arrivals: Path, tmp_path: Path):
     detector = {"backend": load_settings(None, {}).models.detector.backend}  # the default: the pose model
-    server = await vigil(sources={"media_root": str(arrivals)}, video={"target_fps": 5, "faces": {"enabled": True}},
+    # max_wait_s: the frame that starts a look waits for it however loaded the machine, so events carry the name
+    faces = {"enabled": True, "max_wait_s": 10.0}
+    server = await vigil(sources={"media_root": str(arrivals)}, video={"target_fps": 5, "faces": faces},
                          models={"detector": detector}, storage={"appear": [{"label": "person"}], "clips": False},
                          memory={"enabled": True, "data_dir": str(tmp_path / "memory")})
     async with aiohttp.ClientSession() as http:
@@ -234,7 +236,8 @@ def ocr() -> RapidOcr:
 
 async def test_a_plate_on_a_real_vehicle_is_read_kept_per_track_and_named(ocr: RapidOcr, tmp_path: Path):
     detector = load_detector(load_settings(None, {"models": {"detector": {"backend": "opencv-ssd"}}}).models.detector)
-    reader = PlateReader(ocr, PlateSettings(enabled=True, known={"AB12 CDE": "Alice's van"}))
+    # A frame waits for its reading here (max_wait_s), so the frame that starts the reading carries it
+    reader = PlateReader(ocr, PlateSettings(enabled=True, known={"AB12 CDE": "Alice's van"}, max_wait_s=10.0))
     batcher = InferenceBatcher(detector)
     analyzer = DetectorVideoAnalyzer(batcher, [StreamPlates(reader)])
     analyzer.configure(VideoSessionConfig(motion=MotionConfig(enabled=False)))  # one still photo, every frame
@@ -252,3 +255,33 @@ async def test_a_plate_on_a_real_vehicle_is_read_kept_per_track_and_named(ocr: R
     assert read and read[-1]["text"] == "AB12CDE" and read[-1]["name"] == "Alice's van", plates
     lines = ocr.read(cv2.cvtColor(real_image("bus"), cv2.COLOR_RGB2BGR))
     assert reader.best(lines) is None, lines  # the photo itself has no plate: nothing is made up
+
+
+@pytest.fixture(scope="module")
+def parked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A camera on a street: the bus photo with a plate on it, two seconds."""
+    root = tmp_path_factory.mktemp("plates-media")
+    write_video(root / "parked.mp4", [_bus_with_plate("AB12 CDE")] * 20, fps=10)
+    return root
+
+
+async def test_a_vehicle_tracks_plate_is_on_its_events_and_the_timeline_finds_it(vigil, parked: Path):
+    server = await vigil(sources={"media_root": str(parked)}, models={"detector": {"backend": "opencv-ssd"}},
+                         video={"target_fps": 5, "plates": {"enabled": True, "known": {"AB12 CDE": "Alice's van"},
+                                                            "max_wait_s": 10.0}},
+                         storage={"clips": False})
+    async with aiohttp.ClientSession() as http:
+        body = {"path": "parked.mp4", "realtime": False, "options": {"video": {"zones": [EVERYWHERE]}}}
+        async with http.post(f"{server.url}/api/sources", json=body) as response:
+            source = await response.json()
+        async with http.ws_connect(f"{server.url}/api/sources/{source['id']}/results") as ws:
+            watcher = Watcher(ws)
+            await watcher.state("ended", timeout=90)
+        enters = [m for m in watcher.seen if m["type"] == "event" and m["name"] == "zone.enter"
+                  and m["data"]["label"] in ("bus", "car", "truck")]
+        assert enters and enters[0]["data"]["plate"]["text"] == "AB12CDE", enters
+        assert enters[0]["data"]["plate"]["name"] == "Alice's van"
+        assert await asyncio.to_thread(server.app[TIMELINE].flush)
+        async with http.get(f"{server.url}/api/events", params={"plate": "ab12-cde"}) as response:
+            stored = (await response.json())["events"]
+        assert [e["id"] for e in stored if e["name"] == "zone.enter"] == [enters[0]["id"]]

@@ -4,6 +4,7 @@ photos in tests/integration/test_faces.py."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -140,6 +141,53 @@ async def test_each_track_is_looked_at_once_per_interval_keeps_its_name_and_lose
     gallery.delete("Alice")
     objects, _ = await step(4.1, [1])  # deleted: the name is taken back at once and the face looked at again
     assert len(recognizer.calls) == 6 and objects[0]["identity"] == {"name": None, "score": 0.2}
+    recognizer.executor.shutdown()
+
+
+async def test_an_unknown_face_is_looked_at_less_and_less_often(tmp_path: Path):
+    recognizer = ScriptedRecognizerForTest(FaceGallery(tmp_path / "faces"), FaceSettings(enabled=True, interval_s=1.0))
+    recognizer.script = {1: [Identity(None, 0.4)]}
+    faces = StreamFaces(recognizer)  # type: ignore[arg-type]
+    frame = av.VideoFrame.from_ndarray(np.zeros((48, 64, 3), np.uint8), format="rgb24")
+    looked = []
+    for step in range(40):  # 20 s at 2 frames/s
+        calls = len(recognizer.calls)
+        await faces.annotate(frame, step / 2, [_person(1)], [], [])
+        if len(recognizer.calls) > calls:
+            looked.append(step / 2)
+    assert looked == [0.0, 1.0, 3.0, 7.0, 15.0]  # 1, 2, 4, 8 s apart (at most 8 x interval_s)
+    recognizer.executor.shutdown()
+
+
+class SlowRecognizerForTest(ScriptedRecognizerForTest):
+    """A look that takes ``seconds`` (a loaded CPU)."""
+
+    seconds = 0.3
+
+    def identify(self, image: np.ndarray, box: Any, keypoints: Any) -> Identity | None:
+        time.sleep(self.seconds)
+        return super().identify(image, box, keypoints)
+
+
+async def test_a_slow_look_never_holds_a_frame_longer_than_max_wait_and_lands_on_a_later_frame(tmp_path: Path):
+    gallery = FaceGallery(tmp_path / "faces")
+    recognizer = SlowRecognizerForTest(gallery, FaceSettings(enabled=True, max_wait_s=0.05, max_per_frame=1))
+    recognizer.script = {1: [Identity("Alice", 0.95)], 2: [Identity("Bob", 0.95)]}
+    faces = StreamFaces(recognizer)  # type: ignore[arg-type]
+    frame = av.VideoFrame.from_ndarray(np.zeros((48, 64, 3), np.uint8), format="rgb24")
+    objects = [_person(1).as_message(), _person(2).as_message()]
+    started = time.perf_counter()
+    await faces.annotate(frame, 0.0, [_person(1), _person(2, 0.05)], objects, [])
+    assert time.perf_counter() - started < 0.25 and "identity" not in objects[0]
+    await faces.annotate(frame, 0.1, [_person(1), _person(2, 0.05)], [], [])  # one look in flight: none started
+    await asyncio.sleep(0.4)
+    objects = [_person(1).as_message(), _person(2).as_message()]
+    await faces.annotate(frame, 0.2, [_person(1), _person(2, 0.05)], objects, [])  # the first look landed; next
+    assert objects[0]["identity"]["name"] == "Alice" and "identity" not in objects[1]  # track 2's is under way
+    await asyncio.sleep(0.4)
+    objects = [_person(1).as_message(), _person(2).as_message()]
+    await faces.annotate(frame, 0.3, [_person(1), _person(2, 0.05)], objects, [])
+    assert objects[1]["identity"]["name"] == "Bob" and recognizer.calls == [1, 2]
     recognizer.executor.shutdown()
 
 
