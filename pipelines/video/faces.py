@@ -35,6 +35,7 @@ import numpy as np
 from models.detectors import Detection
 from models.faces import FaceBox, FaceModel
 from pipelines.errors import ApiError
+from pipelines.video.frames import to_array
 from pipelines.video.looks import TrackLooks
 
 log = logging.getLogger(__name__)
@@ -312,7 +313,7 @@ class StreamFaces(TrackLooks[Identity]):
         self._version = recognizer.gallery.version
 
     def look(self, frame: av.VideoFrame, due: list[Detection]) -> list[Identity | None]:
-        image = frame.to_ndarray(format="rgb24")
+        image = to_array(frame, "rgb24")  # never frame.to_ndarray: see pipelines.video.frames
         return [self.recognizer.identify(image, d.box, d.keypoints) for d in due]
 
     def settled(self, value: Identity | None) -> bool:

@@ -21,6 +21,7 @@ import numpy as np
 
 from models.detectors import Detection
 from models.plates import TextLine, TextReader
+from pipelines.video.frames import to_array
 from pipelines.video.looks import TrackLooks
 
 _NOT_PLATE = re.compile(r"[^A-Z0-9]")
@@ -104,7 +105,7 @@ class StreamPlates(TrackLooks[PlateReading]):
         self.settle_score = settings.settle_score
 
     def look(self, frame: av.VideoFrame, due: list[Detection]) -> list[PlateReading | None]:
-        image = frame.to_ndarray(format="bgr24")
+        image = to_array(frame, "bgr24")  # never frame.to_ndarray: see pipelines.video.frames
         return [self.reader.read(image, d.box) for d in due]
 
     def settled(self, value: PlateReading | None) -> bool:
