@@ -37,6 +37,7 @@ BACKGROUND_S = 2.0  # time constant of the background: a light ramp slower than 
 GLOBAL_CHANGE = 0.5  # fraction of the unmasked frame: more than this changing at once is light or a shake
 SHAKE_MIN = 0.02  # from this fraction changed, test whether the whole view moved (phase correlation)
 SHAKE_EXPLAINED = 0.3  # the view moved when shifting the background leaves at most this share of the change
+DILATION = np.ones((3, 3), np.uint8)  # joins a body's fragments; a changed pixel grows to at most its 9 pixels
 GLOBAL_HOLD_S = 1.0  # a global change goes on (a shaking camera): re-learn, but detect once per this long
 
 
@@ -78,10 +79,10 @@ class MotionDetector:
         diff = cv2.absdiff(image, self._background)
         moving = (diff > self.config.threshold) & ~self._mask
         unmasked = image.size - int(np.count_nonzero(self._mask))
-        changed = int(np.count_nonzero(moving)) / unmasked if unmasked else 0.0
+        changed_px = int(np.count_nonzero(moving))
+        changed = changed_px / unmasked if unmasked else 0.0
         if changed >= SHAKE_MIN and changed < GLOBAL_CHANGE:
-            shaken = _shift_explains(self._background, image, self._mask, self.config.threshold,
-                                     int(np.count_nonzero(moving)))
+            shaken = _shift_explains(self._background, image, self._mask, self.config.threshold, changed_px)
         else:
             shaken = False
         dt = pts - self._last_pts
@@ -94,7 +95,7 @@ class MotionDetector:
             return Motion(due, changed, [(0.0, 0.0, 1.0, 1.0)] if due else [], "global" if due else "none")
         alpha = 1.0 - math.exp(-max(dt, 0.0) / BACKGROUND_S) if dt > 0 else 0.05
         cv2.accumulateWeighted(image, self._background, alpha)
-        boxes = _blobs(moving, self.config.min_area)
+        boxes = _blobs(moving, changed_px, self.config.min_area)
         return Motion(bool(boxes), changed, boxes, "motion" if boxes else "none")
 
 
@@ -125,12 +126,16 @@ def _rasterise(polygons: list[list[tuple[float, float]]], shape: tuple[int, ...]
     return mask.astype(bool)
 
 
-def _blobs(moving: np.ndarray, min_area: float) -> list[tuple[float, float, float, float]]:
+def _blobs(moving: np.ndarray, changed_px: int, min_area: float) -> list[tuple[float, float, float, float]]:
     """Connected moving regions (a small dilation joins a body's fragments) of at least ``min_area``."""
     height, width = moving.shape
-    joined = cv2.dilate(moving.astype(np.uint8), np.ones((3, 3), np.uint8))
-    count, _, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
     smallest = max(1.0, min_area * height * width)
+    if changed_px * DILATION.size < smallest:
+        # Even dilated, too few pixels changed to make one region: skip the labelling, which costs ~1 ms on the
+        # small frame (most of a quiet camera's motion check, at every sampled frame).
+        return []
+    joined = cv2.dilate(moving.astype(np.uint8), DILATION)
+    count, _, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
     boxes = []
     for x, y, w, h, area in stats[1:count]:  # row 0 is the background
         if area >= smallest:
