@@ -23,6 +23,7 @@ from pipelines.timeline.store import TimelineEntry, TimelineStore
 from pipelines.video.faces import FaceGallery, FaceSettings, Identity, StreamFaces, check_name, face_region
 from pipelines.video.plates import PlateReader, PlateSettings, normalise_plate
 from pipelines.video.scene import SceneState, known_in_view
+from pipelines.voice.replies import session_prompt
 from server.config import load_settings
 from server.config.faces import FacesSettings, PlatesSettings
 from server.config_mapping import (
@@ -281,3 +282,11 @@ def test_the_timeline_finds_events_by_identity_and_by_plate(tmp_path: Path):
         assert len(store.query()) == 4
     finally:
         store.close()
+
+
+def test_who_is_at_the_door_is_answered_from_a_prompt_that_names_them():
+    scene = SceneState()
+    scene.update(labels=["person"], pts=1.0, ts=1.0, model="m", zone_occupancy={}, line_counts={}, events=[],
+                 known=known_in_view([{"label": "person", "identity": {"name": "Alice", "score": 0.97}}]))
+    prompt = session_prompt("You are Vigil.", video=True, scene=scene.summary(), question="Who is at the door?")
+    assert "Recognised in view: Alice (person)." in prompt
