@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -36,6 +37,17 @@ class SearchFilters:
     since: float | None = None  # wall time, unix seconds, inclusive
     until: float | None = None
     document_id: str | None = None
+
+    def store_clauses(self, quote: Callable[[str], str], equals: str) -> list[str]:
+        """The source, session, document and time clauses of a vector store's filter expression, in the store's
+        syntax (its string literal, its equality operator); the kind clause differs more and stays with it."""
+        fields = (("source", self.source), ("session", self.session), ("document_id", self.document_id))
+        clauses = [f"{name} {equals} {quote(value)}" for name, value in fields if value is not None]
+        if self.since is not None:
+            clauses.append(f"wall_time >= {float(self.since)!r}")
+        if self.until is not None:
+            clauses.append(f"wall_time <= {float(self.until)!r}")
+        return clauses
 
 
 @dataclass(slots=True)

@@ -47,15 +47,7 @@ def _quote(value: str) -> str:
 def lance_filter(filters: SearchFilters, kinds: Sequence[str] | None) -> str | None:
     """The filter expression, or None when nothing is filtered (``kinds`` None: every kind in the table)."""
     clauses = [f"kind IN ({', '.join(_quote(k) for k in kinds)})"] if kinds is not None else []
-    for field, value in (("source", filters.source), ("session", filters.session),
-                         ("document_id", filters.document_id)):
-        if value is not None:
-            clauses.append(f"{field} = {_quote(value)}")
-    if filters.since is not None:
-        clauses.append(f"wall_time >= {float(filters.since)!r}")
-    if filters.until is not None:
-        clauses.append(f"wall_time <= {float(filters.until)!r}")
-    return " AND ".join(clauses) or None
+    return " AND ".join(clauses + filters.store_clauses(_quote, "=")) or None
 
 
 class _VectorTable:

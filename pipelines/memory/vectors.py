@@ -29,15 +29,7 @@ def _quote(value: str) -> str:
 
 def milvus_filter(filters: SearchFilters) -> str:
     clauses = [f"kind in [{', '.join(_quote(k) for k in filters.kinds)}]"]
-    for field, value in (("source", filters.source), ("session", filters.session),
-                         ("document_id", filters.document_id)):
-        if value is not None:
-            clauses.append(f"{field} == {_quote(value)}")
-    if filters.since is not None:
-        clauses.append(f"wall_time >= {float(filters.since)!r}")
-    if filters.until is not None:
-        clauses.append(f"wall_time <= {float(filters.until)!r}")
-    return " and ".join(clauses)
+    return " and ".join(clauses + filters.store_clauses(_quote, "=="))
 
 
 class _UnimplementedMilvusCalls(logging.Filter):

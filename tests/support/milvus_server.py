@@ -6,12 +6,11 @@ to Milvus Standalone: over gRPC, by URI."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 from typing import Self
 
-from tests.support.ports import free_port, wait_for_port
+from tests.support.ports import free_port
 from tests.support.processes import ChildServer
 
 
@@ -26,12 +25,5 @@ class MilvusServer(ChildServer):
 
     def start(self, timeout: float = 60.0) -> Self:
         self.port = free_port()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
-             "--port", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        if not wait_for_port(self._proc, self.port, timeout):
-            self.stop()
-            raise RuntimeError("the Milvus server did not start")
-        return self
+        return self._spawn([sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(self.data_dir),
+                            "--host", "127.0.0.1", "--port", str(self.port)], "the Milvus server", timeout)

@@ -4,8 +4,11 @@ protocol of a server object (``with RedisServer(...) as server:`` starts it, lea
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self
+
+from tests.support.ports import wait_for_port
 
 
 def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0, *, hard: bool = False) -> None:
@@ -27,9 +30,19 @@ class ChildServer:
     ``_proc``); ``stop`` ends that process (a subclass with more to end overrides it)."""
 
     _proc: subprocess.Popen[bytes] | None = None
+    port = 0
 
     def start(self) -> Self:
         raise NotImplementedError
+
+    def _spawn(self, argv: Sequence[str], what: str, timeout: float, **wait: Any) -> Self:
+        """Start ``argv`` (its output discarded) and return once it serves 127.0.0.1:``self.port`` (``wait``:
+        ``wait_for_port``'s options); stop it and raise when it does not within ``timeout``."""
+        self._proc = subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not wait_for_port(self._proc, self.port, timeout, **wait):
+            self.stop()
+            raise RuntimeError(f"{what} did not start")
+        return self
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
