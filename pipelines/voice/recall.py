@@ -13,13 +13,12 @@ from models.llm import ChatMessage, LanguageModel, LlmRequest
 from pipelines.voice.config import VoiceLoopConfig
 from pipelines.voice.metrics import TurnMetricsBuilder
 from pipelines.voice.replies import (
-    about_scene,
     acknowledge,
     asks_for_reminders,
     recite,
     reminder_request,
     session_prompt,
-    without_camera,
+    turn_messages,
 )
 
 
@@ -47,24 +46,24 @@ class Recall:
                       scene: str | None) -> LlmRequest:
         """The LLM request answering ``text``: the camera only with a video track (a small model repeats
         whatever the prompt says), the ``scene`` only when the question is about it, remembered entries."""
-        system = session_prompt(self._config.system_prompt, video=video, scene=scene, question=text)
+        recalled = None
         if self.memory is not None:
             context = await self.memory(text, list(self.history))
             if context is not None:
-                # Remembered camera entries (other sessions' cameras) only when the question is about what was
-                # seen: otherwise they lead a small model to speak of a camera this session does not have.
-                system += "\n\n" + (context.text if video or about_scene(text) else without_camera(context.text))
+                recalled = context.text
                 if metrics is not None:
                     if context.memory_retrieval_ms is not None:
                         metrics.memory_retrieval_ms = context.memory_retrieval_ms
                     if context.memory_entries is not None:
                         metrics.memory_entries = context.memory_entries
-        messages = [ChatMessage("system", system), *self.history, ChatMessage("user", text)]
+        # The stable part first (llama.cpp reuses its KV cache), what changes per turn after it: turn_messages.
+        system, history = session_prompt(self._config.system_prompt, video=video), list(self.history)
+        messages = turn_messages(system, history, text, video=video, scene=scene, recalled=recalled)
         # Trim the oldest exchanges until the prompt fits the memory budget (system and question always stay).
         # count_tokens may ask the model's own tokenizer (blocking): keep it off the event loop.
-        while len(messages) > 2 and await asyncio.to_thread(self._llm.count_tokens, messages) \
-                > self._config.memory_tokens:
-            del messages[1:3]
+        while history and await asyncio.to_thread(self._llm.count_tokens, messages) > self._config.memory_tokens:
+            del history[:2]
+            messages = turn_messages(system, history, text, video=video, scene=scene, recalled=recalled)
         return LlmRequest(messages, max_tokens=self._config.max_reply_tokens, temperature=self._config.temperature,
                           repeat_penalty=self._config.repeat_penalty)
 

@@ -15,7 +15,7 @@ import pytest
 from pipelines.memory.entries import MemoryEntry
 from pipelines.timeline.store import TimelineEntry
 from server.state import MEMORY, TIMELINE
-from tests.integration.test_voice_loop import VOICE, VoiceCall, _session_loop
+from tests.integration.test_voice_loop import VOICE, VoiceCall, _system_text
 from tests.support.audio import silence, speech
 from tests.support.media import sliding_person
 from tests.support.milvus_server import MilvusServer
@@ -67,14 +67,14 @@ async def test_spoken_sentence_is_searchable_and_the_voice_loop_recalls_it(vigil
         call.mic.say(speech("How many people do you see?"))
         ordinary = await call.turn(2)
         assert "memory_retrieval_ms" not in ordinary["metrics"], ordinary["metrics"]
-        assert "bakery" not in _session_loop(server).last_request.messages[0].content
+        assert "bakery" not in _system_text(server)
 
         # A question about the past: the remembered sentence is in the prompt, the metrics say so.
         call.mic.say(speech("What did I tell you about the bicycle earlier?"))
         recalled = await call.turn(3)
         metrics = recalled["metrics"]
         assert metrics["memory_entries"] >= 1 and metrics["memory_retrieval_ms"] > 0, metrics
-        system = _session_loop(server).last_request.messages[0].content
+        system = _system_text(server)
         assert "bakery" in system.lower(), system
 
 
