@@ -157,6 +157,7 @@ $("token-form").addEventListener("submit", async (event) => {
   if (await checkServer()) {
     $("token-dialog").close();
     refreshSources();
+    faces.load();
   }
 });
 $("token-button").addEventListener("click", () => askForToken(""));
