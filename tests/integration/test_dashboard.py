@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from pipelines.voice.audio import OUT_RATE
+from tests.support import face_photos
 from tests.support.audio import silence, speech
 from tests.support.browser import chromium, playwright_driver, write_wav, write_y4m
 from tests.support.media import letterbox, real_image, slideshow
@@ -323,4 +325,27 @@ def test_server_going_down_is_reported(browser: Any, workdir: Path) -> None:
         assert "Cannot reach the Vigil server" in page.text_content("#status-reason")
     finally:
         server.stop()
+        page.close()
+
+
+@pytest.mark.skipif(not face_photos.available(), reason="run scripts/setup.sh (face photos)")
+def test_people_panel_enrols_from_a_photo_and_deletes(browser: Any, live_server: VigilProcess,
+                                                       workdir: Path) -> None:
+    page = open_dashboard(browser, live_server)
+    try:
+        cat = workdir / "cat.png"
+        Image.fromarray(real_image("chelsea")).save(cat)
+        page.fill("#faces-name", "Barack")
+        page.set_input_files("#faces-file", str(cat))
+        page.click("#faces-form button[type=submit]")
+        wait_for(page, "s.faces.error && s.faces.error.code === 'no_face'", 30)
+        assert "no face found" in page.text_content("#faces-status")
+        page.set_input_files("#faces-file", str(face_photos.photo_path("obama.jpg")))
+        page.click("#faces-form button[type=submit]")
+        wait_for(page, "s.faces.people.length === 1 && s.faces.error === null", 30)
+        assert page.text_content("#faces-list").startswith("Barack (1)")
+        page.click("#faces-list button")
+        wait_for(page, "s.faces.people.length === 0", 30)
+        assert "deleted" in page.text_content("#faces-status")
+    finally:
         page.close()
