@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pipelines.video.faces import FaceSettings
 from pipelines.video.plates import PlateSettings
-from pipelines.voice.loop import VoiceLoopConfig
+from pipelines.voice.config import VoiceLoopConfig
 from server.config import VoiceSettings
 from server.config.faces import FacesSettings, PlatesSettings
 
