@@ -19,7 +19,10 @@ from pipelines.voice.sentences import split_sentences
 _SCENE = re.compile(
     r"\b(camera|cameras|see|sees|seeing|saw|seen|look|looks|looking|watch|watching|view|visible|video|picture|"
     r"image|scene|room|people|person|persons|anyone|anybody|someone|somebody|nobody|who|zone|zones|line|lines|"
-    r"crossed|crossing|in front|inside|entered|entering|left|here|around|there|count|counted)\b",
+    r"crossed|crossing|in front|inside|entered|entering|left|here|around|there|count|counted|"
+    # who and which (video.faces, video.plates): "which car is in the drive?", "whose van is that?" (not "car"
+    # alone: "where did I say I parked my car?" is about the past)
+    r"vehicle|vehicles|van|truck|bus|plate|plates|licence|license|whose|drive|driveway|door|outside)\b",
     re.IGNORECASE,
 )
 # "Remind me to buy milk", "please remember that the code is 42", "don't let me forget the keys".

@@ -71,6 +71,15 @@ def test_the_prompt_names_the_camera_only_with_video_and_the_scene_only_when_ask
     assert "camera" in unrelated and scene not in unrelated
 
 
+
+@pytest.mark.parametrize("question", ["Which car is in the drive?", "Whose van is that?", "Who is at the door?",
+                                      "What does the licence plate say?", "Is there a truck outside?"])
+def test_who_and_which_questions_get_the_scene(question: str):
+    """The scene names recognised people and read plates (video.faces, video.plates): these questions need it."""
+    scene = "The camera currently sees 1 car. Recognised in view: a car with plate AB12CDE (Alice's car)."
+    assert scene in session_prompt("Be brief.", video=True, scene=scene, question=question)
+
+
 def test_memory_searches_for_reminders_when_asked_what_to_remember():
     from pipelines.memory.recall import asks_about_past, rewrite_query
 
