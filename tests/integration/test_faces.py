@@ -117,6 +117,18 @@ def test_deleting_a_person_removes_every_embedding_and_photo(recognizer, pose_de
     assert FaceGallery(recognizer.gallery.root).people() == []  # nothing comes back after a restart
 
 
+async def _played(http: aiohttp.ClientSession, url: str, path: str) -> Watcher:
+    """``path`` played once as a file source (media time, zone over the whole view), watched to its end."""
+    body = {"path": path, "realtime": False, "options": {"video": {"zones": [EVERYWHERE]}}}
+    async with http.post(f"{url}/api/sources", json=body) as response:
+        source = await response.json()
+        assert response.status == 201, source
+    async with http.ws_connect(f"{url}/api/sources/{source['id']}/results") as ws:
+        watcher = Watcher(ws)
+        await watcher.state("ended", timeout=90)
+    return watcher
+
+
 async def _status(response: aiohttp.ClientResponse) -> tuple[int, Any]:
     text = await response.text()
     return response.status, json.loads(text) if text else None
@@ -190,12 +202,7 @@ async def test_tracks_and_their_events_carry_the_name_and_the_timeline_and_searc
         async with http.post(f"{server.url}/api/faces/Barack", data=photo_bytes("obama.jpg"),
                              headers={"Content-Type": "image/jpeg"}) as response:
             assert response.status == 201
-        body = {"path": "arrivals.mp4", "realtime": False, "options": {"video": {"zones": [EVERYWHERE]}}}
-        async with http.post(f"{server.url}/api/sources", json=body) as response:
-            source = await response.json()
-        async with http.ws_connect(f"{server.url}/api/sources/{source['id']}/results") as ws:
-            watcher = Watcher(ws)
-            await watcher.state("ended", timeout=90)
+        watcher = await _played(http, server.url, "arrivals.mp4")
         events = [m for m in watcher.seen if m["type"] == "event" and m["name"] in ("zone.enter", "object.appeared")]
         named = [e for e in events if (e["data"].get("identity") or {}).get("name") == "Barack"]
         assert {e["name"] for e in named} == {"zone.enter", "object.appeared"}, events
@@ -271,12 +278,7 @@ async def test_a_vehicle_tracks_plate_is_on_its_events_and_the_timeline_finds_it
                                                             "max_wait_s": 10.0}},
                          storage={"clips": False})
     async with aiohttp.ClientSession() as http:
-        body = {"path": "parked.mp4", "realtime": False, "options": {"video": {"zones": [EVERYWHERE]}}}
-        async with http.post(f"{server.url}/api/sources", json=body) as response:
-            source = await response.json()
-        async with http.ws_connect(f"{server.url}/api/sources/{source['id']}/results") as ws:
-            watcher = Watcher(ws)
-            await watcher.state("ended", timeout=90)
+        watcher = await _played(http, server.url, "parked.mp4")
         enters = [m for m in watcher.seen if m["type"] == "event" and m["name"] == "zone.enter"
                   and m["data"]["label"] in ("bus", "car", "truck")]
         assert enters and enters[0]["data"]["plate"]["text"] == "AB12CDE", enters
