@@ -306,9 +306,7 @@ class StreamFaces(TrackLooks[Identity]):
     key = "identity"
 
     def __init__(self, recognizer: FaceRecognizer) -> None:
-        settings = recognizer.settings
-        super().__init__(recognizer.executor, labels=settings.labels, interval_s=settings.interval_s,
-                         max_per_frame=settings.max_per_frame, max_wait_s=settings.max_wait_s)
+        super().__init__(recognizer.executor, recognizer.settings)
         self.recognizer = recognizer
         self._version = recognizer.gallery.version
 
@@ -318,9 +316,6 @@ class StreamFaces(TrackLooks[Identity]):
 
     def settled(self, value: Identity | None) -> bool:
         return value is not None and value.name is not None
-
-    def message(self, value: Identity) -> dict[str, Any]:
-        return value.as_message()
 
     def refresh(self, tracks: dict[int, Any]) -> None:
         version = self.recognizer.gallery.version

@@ -16,7 +16,7 @@ import asyncio
 import logging
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import av
 
@@ -29,6 +29,15 @@ BACKOFF_MAX = 8  # an unsettled track's interval grows to at most this many time
 FORGET_S = 30.0  # a track not seen this long is forgotten (ByteTrack dropped it long before)
 
 
+class LookSettings(Protocol):
+    """What bounds the looks (``video.faces`` and ``video.plates`` both have it)."""
+
+    labels: tuple[str, ...]
+    interval_s: float
+    max_per_frame: int
+    max_wait_s: float
+
+
 @dataclass(slots=True)
 class _Track(Generic[V]):
     value: V | None = None
@@ -38,16 +47,15 @@ class _Track(Generic[V]):
 
 
 class TrackLooks(Generic[V]):
-    """Subclasses say what a look is (``look``, on ``executor``), when a track needs no more looks (``settled``),
-    which of two values to keep (``keep``) and how a value is sent (``message``, under ``key``)."""
+    """Subclasses say what a look is (``look``, on ``executor``), when a track needs no more looks (``settled``)
+    and which of two values to keep (``keep``); a value is sent as its ``as_message()``, under ``key``."""
 
     key = "value"
 
-    def __init__(self, executor: Executor, *, labels: tuple[str, ...], interval_s: float, max_per_frame: int,
-                 max_wait_s: float) -> None:
+    def __init__(self, executor: Executor, settings: LookSettings) -> None:
         self.executor = executor
-        self.labels, self.interval_s = labels, interval_s
-        self.max_per_frame, self.max_wait_s = max_per_frame, max_wait_s
+        self.labels, self.interval_s = settings.labels, settings.interval_s
+        self.max_per_frame, self.max_wait_s = settings.max_per_frame, settings.max_wait_s
         self._tracks: dict[int, _Track[V]] = {}
         self._pending: tuple[asyncio.Future[list[V | None]], list[int]] | None = None
 
@@ -64,7 +72,7 @@ class TrackLooks(Generic[V]):
         return new
 
     def message(self, value: V) -> dict[str, Any]:
-        raise NotImplementedError
+        return value.as_message()  # type: ignore[attr-defined]  # Identity, PlateReading
 
     def refresh(self, tracks: dict[int, _Track[V]]) -> None:
         """Before each frame: drop what is no longer true (a deleted person's name)."""

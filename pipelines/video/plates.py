@@ -98,11 +98,9 @@ class StreamPlates(TrackLooks[PlateReading]):
     key = "plate"
 
     def __init__(self, reader: PlateReader) -> None:
-        settings = reader.settings
-        super().__init__(reader.executor, labels=settings.labels, interval_s=settings.interval_s,
-                         max_per_frame=settings.max_per_frame, max_wait_s=settings.max_wait_s)
+        super().__init__(reader.executor, reader.settings)
         self.reader = reader
-        self.settle_score = settings.settle_score
+        self.settle_score = reader.settings.settle_score
 
     def look(self, frame: av.VideoFrame, due: list[Detection]) -> list[PlateReading | None]:
         image = to_array(frame, "bgr24")  # never frame.to_ndarray: see pipelines.video.frames
@@ -113,6 +111,3 @@ class StreamPlates(TrackLooks[PlateReading]):
 
     def keep(self, old: PlateReading | None, new: PlateReading) -> PlateReading:
         return new if old is None or new.score > old.score else old
-
-    def message(self, value: PlateReading) -> dict[str, Any]:
-        return value.as_message()

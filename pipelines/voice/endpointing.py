@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pipelines.voice.metrics import ms_since
+
 if TYPE_CHECKING:
     from models.turn import TurnDetector
     from pipelines.voice.config import VoiceLoopConfig
@@ -234,5 +236,5 @@ class TurnTaking:
             log.exception("turn model failed; the silence cap ends this turn")
             return False
         metrics.turn_score = round(score, 3)
-        metrics.turn_model_ms = round((time.perf_counter() - started) * 1000.0, 1)
+        metrics.turn_model_ms = ms_since(started)
         return still_quiet() and score >= self._threshold and not await words_unfinished() and still_quiet()

@@ -1,6 +1,6 @@
 """One turn's metrics as the voice loop learns them, stage by stage: a typed field per ``TurnMetrics`` field, so
 a misspelt name is the type checker's error (and, with slots, an ``AttributeError`` at run time), not a key that
-silently never reaches the client. ``tests/unit/test_turn_metrics.py`` keeps the two field lists equal."""
+silently never reaches the client. ``tests/unit/test_voice_parts.py`` keeps the two field lists equal."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines import telemetry
+from pipelines.voice.metrics import ms_since
 from pipelines.voice.turns import Turn, continued, normalise
 
 
@@ -90,7 +91,7 @@ class Speculator:
         self.current = None
         if normalise(speculation.text) == normalise(text):
             turn.metrics.prefill = "reused"
-            turn.metrics.prefill_saved_ms = round((time.perf_counter() - speculation.started) * 1000.0, 1)
+            turn.metrics.prefill_saved_ms = ms_since(speculation.started)
             turn.metrics.speculation = "played"
             speculation.confirmed.set()
             telemetry.VOICE_PREFILL.labels(outcome="reused").inc()
