@@ -148,12 +148,13 @@ class MemoryIndex:
             self._worker.cancel()
             await asyncio.gather(self._worker, return_exceptions=True)
             self._worker = None
+        # Searches and reads still running (their callers cancelled) finish before the store closes: a SQLite
+        # connection closed under a running query crashes the process.
+        for pool in (self._readers, self._searchers, self._keyword_pool):
+            await asyncio.to_thread(pool.shutdown, True)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._writer, self._release)
         self._writer.shutdown(wait=False)
-        self._readers.shutdown(wait=False)
-        self._searchers.shutdown(wait=False)
-        self._keyword_pool.shutdown(wait=False)
 
     def _release(self) -> None:
         with self._open_lock, self._store_lock:

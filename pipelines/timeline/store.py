@@ -247,11 +247,14 @@ class TimelineStore:
             self._queue.put(None)
             self._writer.join(timeout=30)
             self._writer = None
-        for conn in (self._conn, self._reader):
-            if conn is not None:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.close()
-        self._conn = self._reader = None
+        # Under the read lock: a read still running on another thread (memory catching up) finishes first, and
+        # the next one finds the store closed; closing a connection under a running query segfaults.
+        with self._read_lock:
+            for conn in (self._conn, self._reader):
+                if conn is not None:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.close()
+            self._conn = self._reader = None
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything queued so far is committed (tests, shutdown)."""
@@ -454,9 +457,9 @@ class TimelineStore:
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
-        if self._reader is None:
-            raise StorageUnavailable(self.open_error or "timeline storage is not open")
         with self._read_lock:
+            if self._reader is None:
+                raise StorageUnavailable(self.open_error or "timeline storage is not open")
             yield self._reader
 
     def query(self, *, source: str | None = None, name: str | None = None, kinds: tuple[str, ...] = ("event",),

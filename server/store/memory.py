@@ -115,14 +115,19 @@ def mount_memory(app: web.Application, settings: Settings, index: MemoryIndex | 
         app[MEMORY_CATCH_UP] = catch_up
         catch_up.add_done_callback(_log_catch_up_failure)
 
-    async def close(app: web.Application) -> None:
+    async def stop_catching_up(app: web.Application) -> None:
+        # On shutdown, before any cleanup: the catch-up reads the timeline store, which cleanup closes.
         catch_up = app.get(MEMORY_CATCH_UP)
         if catch_up is not None and not catch_up.done():
             catch_up.cancel()
             await asyncio.gather(catch_up, return_exceptions=True)
+
+    async def close(app: web.Application) -> None:
+        await stop_catching_up(app)
         await index.close()
 
     app.on_startup.append(start)
+    app.on_shutdown.append(stop_catching_up)
     app.on_cleanup.append(close)
 
 

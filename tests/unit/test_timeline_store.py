@@ -116,3 +116,34 @@ def test_entries_sharing_a_snapshot_keep_it_until_the_last_one_goes(tmp_path: Pa
         assert store.get(second.id) is None and store.get(third.id) is not None
         assert (store.root / shared).exists()  # ... and the third still names the file
         assert store.delete(third.id) and not (store.root / shared).exists()
+
+
+def test_close_waits_for_reads_on_other_threads_and_later_reads_are_refused(tmp_path: Path):
+    """Memory catches up with the timeline on its own thread; the server closing the store under a running
+    query crashed the process (a segfault in CI). Close now waits for the read, and later reads get an error."""
+    from pipelines.timeline.store import StorageUnavailable
+
+    store = TimelineStore(tmp_path / "data", max_age_s=3600, quota_bytes=10**9)
+    store.open()
+    for _ in range(200):
+        store.put(_entry(text="x" * 200))
+    assert store.flush()
+    reads, outcome, reading = 0, [], threading.Event()
+
+    def keep_reading() -> None:
+        nonlocal reads
+        try:
+            while True:
+                assert len(store.entries_after(0, 200)) == 200
+                reads += 1
+                reading.set()
+        except StorageUnavailable as refused:
+            outcome.append(str(refused))
+
+    reader = threading.Thread(target=keep_reading)
+    reader.start()
+    assert reading.wait(15)
+    store.close()
+    reader.join(15)
+    assert not reader.is_alive() and reads > 0
+    assert outcome == ["timeline storage is not open"]
