@@ -5,19 +5,11 @@ from __future__ import annotations
 import pytest
 
 from models.llm import ChatMessage
-from pipelines.voice.replies import (
-    ReplyGuard,
-    acknowledge,
-    asks_for_reminders,
-    recite,
-    reminder_request,
-    session_prompt,
-    turn_messages,
-)
+from pipelines.voice import replies
 
 
 def _guarded(deltas: list[str], max_sentences: int = 3) -> tuple[str, str | None]:
-    guard = ReplyGuard(max_sentences)
+    guard = replies.ReplyGuard(max_sentences)
     out = "".join(guard.push(d) for d in deltas)
     return out + guard.finish(), guard.stopped
 
@@ -28,7 +20,7 @@ def test_a_repeated_sentence_stops_the_reply_and_is_not_let_through():
 
 
 def test_the_first_sentence_streams_and_later_ones_wait_until_whole():
-    guard = ReplyGuard(3)
+    guard = replies.ReplyGuard(3)
     assert [guard.push(d) for d in ["Paris", " is", " the capital."]] == ["Paris", " is", " the capital."]
     assert [guard.push(d) for d in [" It", " is", " big.", " Yes"]] == ["", "", "", " It is big."]
     assert guard.finish() == " Yes" and guard.stopped is None
@@ -49,25 +41,27 @@ def test_a_reply_stops_after_its_sentence_budget():
     ("Which planet is closest to the sun?", None),
 ])
 def test_reminder_requests(said: str, kept: str | None):
-    assert reminder_request(said) == kept
+    assert replies.reminder_request(said) == kept
 
 
 def test_reminders_are_acknowledged_and_recited():
-    assert acknowledge("to buy some milk") == "Okay, I will remind you to buy some milk."
-    assert acknowledge("that your keys are in the car") == "Okay, I will remember that your keys are in the car."
-    assert recite(["to buy some milk", "that the code is 42"]) == (
+    assert replies.acknowledge("to buy some milk") == "Okay, I will remind you to buy some milk."
+    assert replies.acknowledge("that your keys are in the car") == (
+        "Okay, I will remember that your keys are in the car.")
+    assert replies.recite(["to buy some milk", "that the code is 42"]) == (
         "You asked me to remind you to buy some milk and remember that the code is 42.")
-    assert asks_for_reminders("What did I ask you to remember?") and asks_for_reminders("Do I have any reminders?")
-    assert not asks_for_reminders("Remind me to water the plants.")
+    assert replies.asks_for_reminders("What did I ask you to remember?")
+    assert replies.asks_for_reminders("Do I have any reminders?")
+    assert not replies.asks_for_reminders("Remind me to water the plants.")
 
 
 def test_the_prompt_names_the_camera_only_with_video_and_the_scene_only_when_asked():
     scene = "The camera currently sees 2 persons."
-    audio_only = session_prompt("Be brief.", video=False, scene=None, question="How many people do you see?")
+    audio_only = replies.session_prompt("Be brief.", video=False, scene=None, question="How many people do you see?")
     assert audio_only == "Be brief."
-    asked = session_prompt("Be brief.", video=True, scene=scene, question="How many people do you see?")
+    asked = replies.session_prompt("Be brief.", video=True, scene=scene, question="How many people do you see?")
     assert "camera" in asked and scene in asked
-    unrelated = session_prompt("Be brief.", video=True, scene=scene, question="What is twelve times three?")
+    unrelated = replies.session_prompt("Be brief.", video=True, scene=scene, question="What is twelve times three?")
     assert "camera" in unrelated and scene not in unrelated
 
 
@@ -77,7 +71,7 @@ def test_the_prompt_names_the_camera_only_with_video_and_the_scene_only_when_ask
 def test_who_and_which_questions_get_the_scene(question: str):
     """The scene names recognised people and read plates (video.faces, video.plates): these questions need it."""
     scene = "The camera currently sees 1 car. Recognised in view: a car with plate AB12CDE (Alice's car)."
-    assert scene in session_prompt("Be brief.", video=True, scene=scene, question=question)
+    assert scene in replies.session_prompt("Be brief.", video=True, scene=scene, question=question)
 
 
 def test_memory_searches_for_reminders_when_asked_what_to_remember():
@@ -101,17 +95,17 @@ def test_remembered_camera_entries_are_left_out_of_an_audio_only_prompt():
 
 
 def test_what_changes_per_turn_follows_the_conversation_so_the_cached_prefix_stays():
-    system = session_prompt("Be brief.", video=True)
+    system = replies.session_prompt("Be brief.", video=True)
     history = [ChatMessage("user", "Hello."), ChatMessage("assistant", "Hi.")]
     scene = "The camera currently sees 2 persons."
     recalled = ("What you remember:\n- 2026-12-04 13:40:01 UTC (3 min ago), the user said: \"My car is blue.\"\n"
                 "- 2026-12-04 13:31:12 UTC (12 min ago), the camera saw: person (track 1) left zone 'door'")
-    asked = turn_messages(system, history, "How many people do you see?", video=True, scene=scene)
+    asked = replies.turn_messages(system, history, "How many people do you see?", video=True, scene=scene)
     assert asked[:3] == [ChatMessage("system", system), *history]  # the same prefix as the turn before
     assert asked[3:] == [ChatMessage("system", "What the camera sees right now: " + scene),
                          ChatMessage("user", "How many people do you see?")]
-    plain = turn_messages(system, history, "What is twelve times three?", video=True, scene=scene)
+    plain = replies.turn_messages(system, history, "What is twelve times three?", video=True, scene=scene)
     assert plain == [ChatMessage("system", system), *history, ChatMessage("user", "What is twelve times three?")]
-    audio_only = turn_messages(session_prompt("Be brief.", video=False), [], "What colour did I say my car was?",
-                               video=False, scene=None, recalled=recalled)
+    audio_only = replies.turn_messages(replies.session_prompt("Be brief.", video=False), [],
+                                       "What colour did I say my car was?", video=False, scene=None, recalled=recalled)
     assert "blue" in audio_only[1].content and "camera" not in audio_only[1].content
