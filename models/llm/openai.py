@@ -76,18 +76,10 @@ def build(config: OpenAiLlmConfig) -> LanguageModel:
 
 
 def routing_config(routing: LlmRouting) -> RoutingConfig:
-    """``models.llm.routing`` -> the router's strategy and timings."""
-    return RoutingConfig(
-        strategy=routing.strategy,
-        saturation=routing.saturation,
-        health_interval_s=routing.health_interval_s,
-        health_timeout_s=routing.health_timeout_s,
-        request_timeout_s=routing.request_timeout_s,
-        latency_alpha=routing.latency_alpha,
-        max_attempts=routing.max_attempts,
-        affinity_conversations=routing.affinity_conversations,
-        probe_interval_s=routing.probe_interval_s,
-    )
+    """``models.llm.routing`` -> the router's strategy and timings. The two have the same fields, all plain values
+    (``tests/unit/test_config_mapping.py``), so each is passed by its own name: a field on the config side only is
+    a TypeError here, one on the router's side only fails that test."""
+    return RoutingConfig(**routing.model_dump())
 
 
 def _secret(value: SecretStr | None) -> str | None:
