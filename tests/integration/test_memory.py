@@ -78,13 +78,19 @@ async def test_spoken_sentence_is_searchable_and_the_voice_loop_recalls_it(vigil
         assert "bakery" in system.lower(), system
 
 
-async def _until_ended(http: aiohttp.ClientSession, url: str, source_id: str) -> None:
-    """Wait (up to ~30 s) until a file source has played to its end."""
+async def _played_and_indexed(http: aiohttp.ClientSession, server: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """Start a file source, wait (up to ~30 s) until it has played to its end and what it raised is indexed; its
+    info."""
+    async with http.post(f"{server.url}/api/sources", json=body) as response:
+        source = await response.json()
+        assert response.status == 201, source
     for _ in range(300):
-        async with http.get(f"{url}/api/sources/{source_id}") as response:
+        async with http.get(f"{server.url}/api/sources/{source['id']}") as response:
             if (await response.json())["state"] == "ended":
-                return
+                break
         await asyncio.sleep(0.1)
+    await _indexed(server)
+    return source
 
 
 async def test_zone_event_is_found_by_its_zone_and_survives_a_restart(vigil, tmp_path: Path):
@@ -95,11 +101,7 @@ async def test_zone_event_is_found_by_its_zone_and_survives_a_restart(vigil, tmp
     server = await vigil(**overrides)
     async with aiohttp.ClientSession() as http:
         body = {"path": "slide.mp4", "realtime": False, "options": {"video": {"zones": [zone]}}}
-        async with http.post(f"{server.url}/api/sources", json=body) as response:
-            source = await response.json()
-            assert response.status == 201, source
-        await _until_ended(http, server.url, source["id"])
-        await _indexed(server)
+        source = await _played_and_indexed(http, server, body)
         status, found = await _search(http, server.url, q="who went into the loading dock", kind="event")
         assert status == 200, found
         top = found["results"][0]
@@ -123,11 +125,7 @@ async def test_memory_indexes_what_the_timeline_commits(vigil, tmp_path: Path):
     server = await vigil(memory=_memory(tmp_path), sources={"media_root": str(tmp_path)}, video={"target_fps": 5},
                          models={"detector": {"backend": "yolo"}}, storage={"appear": [{"label": "person"}]})
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{server.url}/api/sources", json={"path": "slide.mp4", "realtime": False}) as response:
-            source = await response.json()
-            assert response.status == 201, source
-        await _until_ended(http, server.url, source["id"])
-        await _indexed(server)
+        source = await _played_and_indexed(http, server, {"path": "slide.mp4", "realtime": False})
         status, found = await _search(http, server.url, q="a person appeared", kind="event")
         assert status == 200, found
         appeared = [r for r in found["results"] if r["meta"].get("event") == "object.appeared"]
