@@ -51,16 +51,47 @@ function legend(element, series, latest = [], unit = "") {
   }));
 }
 
-export class LineChart {
+// What both charts share: the canvas, the legend (each series' latest value beside its name), the scale with its
+// axes, and the text shown before there is data. A subclass keeps its own data and plots it.
+class Chart {
   /** @param {{name: string, colour: string}[]} series */
-  constructor(canvas, legendElement, series, { points = 60, unit = "" } = {}) {
+  constructor(canvas, legendElement, series, unit) {
     this.canvas = canvas;
     this.legendElement = legendElement;
     this.series = series;
-    this.points = points;
     this.unit = unit;
-    this.values = series.map(() => []);
     legend(legendElement, series);
+  }
+
+  /** After a push: the newest values go into the legend, and the chart is drawn again. */
+  showLatest(values) {
+    legend(this.legendElement, this.series, values, this.unit);
+    this.draw();
+  }
+
+  /** Clears the canvas and draws axes scaled to the finite ones of `values`; returns what plotting needs. */
+  scaled(values) {
+    const { g, width, height } = prepare(this.canvas);
+    const finite = values.filter((v) => Number.isFinite(v));
+    const max = niceMax(Math.max(0, ...finite));
+    axes(g, width, height, max, this.unit, finite.length > 0);
+    const plotW = width - PAD.left - PAD.right;
+    const plotH = height - PAD.top - PAD.bottom;
+    return { g, width, height, max, plotW, plotH, finite: finite.length > 0 };
+  }
+
+  empty(g, width, height) {
+    g.fillStyle = "#64748b";
+    g.font = "13px system-ui, sans-serif";
+    g.fillText("waiting for data…", width / 2 - 50, height / 2);
+  }
+}
+
+export class LineChart extends Chart {
+  constructor(canvas, legendElement, series, { points = 60, unit = "" } = {}) {
+    super(canvas, legendElement, series, unit);
+    this.points = points;
+    this.values = series.map(() => []);
     this.draw();
   }
 
@@ -70,18 +101,12 @@ export class LineChart {
       list.push(value);
       if (list.length > this.points) list.shift();
     });
-    legend(this.legendElement, this.series, values, this.unit);
-    this.draw();
+    this.showLatest(values);
   }
 
   draw() {
-    const { g, width, height } = prepare(this.canvas);
-    const all = this.values.flat().filter((v) => Number.isFinite(v));
-    const max = niceMax(Math.max(0, ...all));
-    axes(g, width, height, max, this.unit, all.length > 0);
-    if (!all.length) { this.empty(g, width, height); return; }
-    const plotW = width - PAD.left - PAD.right;
-    const plotH = height - PAD.top - PAD.bottom;
+    const { g, width, height, max, plotW, plotH, finite } = this.scaled(this.values.flat());
+    if (!finite) { this.empty(g, width, height); return; }
     // Drawn last to first, so the first series stays visible where lines coincide.
     [...this.values.keys()].reverse().forEach((index) => {
       const list = this.values[index];
@@ -106,41 +131,25 @@ export class LineChart {
       }
     });
   }
-
-  empty(g, width, height) {
-    g.fillStyle = "#64748b";
-    g.font = "13px system-ui, sans-serif";
-    g.fillText("waiting for data…", width / 2 - 50, height / 2);
-  }
 }
 
-export class BarChart {
+export class BarChart extends Chart {
   constructor(canvas, legendElement, series, { groups = 8, unit = "" } = {}) {
-    this.canvas = canvas;
-    this.legendElement = legendElement;
-    this.series = series;
+    super(canvas, legendElement, series, unit);
     this.groups = groups;
-    this.unit = unit;
     this.rows = []; // [{label, values}]
-    legend(legendElement, series);
     this.draw();
   }
 
   push(label, values) {
     this.rows.push({ label, values });
     if (this.rows.length > this.groups) this.rows.shift();
-    legend(this.legendElement, this.series, values, this.unit);
-    this.draw();
+    this.showLatest(values);
   }
 
   draw() {
-    const { g, width, height } = prepare(this.canvas);
-    const all = this.rows.flatMap((r) => r.values).filter((v) => Number.isFinite(v));
-    const max = niceMax(Math.max(0, ...all));
-    axes(g, width, height, max, this.unit, all.length > 0);
-    if (!this.rows.length) { LineChart.prototype.empty(g, width, height); return; }
-    const plotW = width - PAD.left - PAD.right;
-    const plotH = height - PAD.top - PAD.bottom;
+    const { g, width, height, max, plotW, plotH } = this.scaled(this.rows.flatMap((r) => r.values));
+    if (!this.rows.length) { this.empty(g, width, height); return; }
     const groupW = plotW / this.groups;
     const barW = Math.max(2, (groupW - 8) / this.series.length);
     this.rows.forEach((row, group) => {
