@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from models.llm.embedded import EmbeddedLlm
 from server.app import create_app
 from server.config import Settings, load_settings
 from server.engines import ModelPool
@@ -37,6 +38,14 @@ def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     make_clip(root / "clip.mp4", seconds=2.0)
     make_clip(root / "long.mp4", seconds=6.0)
     return root
+
+
+@pytest.fixture(scope="module")
+def embedded_llm() -> Iterator[EmbeddedLlm]:
+    """The packaged SmolLM2 in process (xllamacpp), loaded once per test module that asks for it, closed after it."""
+    llm = EmbeddedLlm()
+    yield llm
+    asyncio.run(llm.close())
 
 
 @pytest.fixture

@@ -23,13 +23,6 @@ MAX_TOKENS_LONG = 200  # far more than a prompt cancellation may let through
 
 
 @pytest.fixture(scope="module")
-def embedded() -> Iterator[EmbeddedLlm]:
-    llm = EmbeddedLlm()
-    yield llm
-    asyncio.run(llm.close())
-
-
-@pytest.fixture(scope="module")
 def http_server() -> Iterator[LlmServer]:
     with LlmServer() as server:
         yield server
@@ -40,34 +33,34 @@ async def collect(llm: LanguageModel, request: LlmRequest) -> list[str]:
         return [delta async for delta in deltas]
 
 
-async def test_embedded_streams_a_deterministic_answer_incrementally(embedded: EmbeddedLlm) -> None:
-    assert isinstance(embedded, LanguageModel)
+async def test_embedded_streams_a_deterministic_answer_incrementally(embedded_llm: EmbeddedLlm) -> None:
+    assert isinstance(embedded_llm, LanguageModel)
     request = LlmRequest(FRANCE, max_tokens=48)
     first: list[str] = []
-    async with contextlib.aclosing(embedded.stream(request)) as deltas:
+    async with contextlib.aclosing(embedded_llm.stream(request)) as deltas:
         async for delta in deltas:
             if not first:  # the answer is still being generated when its first piece arrives
-                assert (await asyncio.to_thread(embedded.backend_metrics))["requests_processing"] == 1
+                assert (await asyncio.to_thread(embedded_llm.backend_metrics))["requests_processing"] == 1
             first.append(delta)
-    second = await collect(embedded, request)
+    second = await collect(embedded_llm, request)
     assert len(first) > 1
     assert "".join(first).strip()
     assert first == second
 
 
 @pytest.mark.parametrize("how", ["aclose", "cancel_task"])
-async def test_embedded_cancellation_stops_generation(embedded: EmbeddedLlm, how: str) -> None:
-    before = await wait_idle(embedded.backend_metrics)
+async def test_embedded_cancellation_stops_generation(embedded_llm: EmbeddedLlm, how: str) -> None:
+    before = await wait_idle(embedded_llm.backend_metrics)
     request = LlmRequest(LONG_ANSWER, max_tokens=MAX_TOKENS_LONG)
     if how == "aclose":
-        async with contextlib.aclosing(embedded.stream(request)) as deltas:
+        async with contextlib.aclosing(embedded_llm.stream(request)) as deltas:
             async for _ in deltas:
                 break
     else:
         got_one = asyncio.Event()
 
         async def consume() -> None:
-            async for _ in embedded.stream(request):
+            async for _ in embedded_llm.stream(request):
                 got_one.set()
 
         task = asyncio.create_task(consume())
@@ -75,21 +68,21 @@ async def test_embedded_cancellation_stops_generation(embedded: EmbeddedLlm, how
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-    after = await wait_idle(embedded.backend_metrics)
+    after = await wait_idle(embedded_llm.backend_metrics)
     assert after["requests_processing"] == 0
     generated = after["tokens_predicted_total"] - before["tokens_predicted_total"]
     assert 1 <= generated < 20, generated  # one token to see, a couple more while the cancel lands
 
 
-async def test_embedded_serves_concurrent_sessions(embedded: EmbeddedLlm) -> None:
+async def test_embedded_serves_concurrent_sessions(embedded_llm: EmbeddedLlm) -> None:
     request = LlmRequest(FRANCE, max_tokens=16)
-    alone = await collect(embedded, request)
-    together = await asyncio.gather(*(collect(embedded, request) for _ in range(3)))
+    alone = await collect(embedded_llm, request)
+    together = await asyncio.gather(*(collect(embedded_llm, request) for _ in range(3)))
     assert all(answer == alone for answer in together)
 
 
-async def test_count_tokens(embedded: EmbeddedLlm, http_server: LlmServer) -> None:
-    exact = embedded.count_tokens(FRANCE)
+async def test_count_tokens(embedded_llm: EmbeddedLlm, http_server: LlmServer) -> None:
+    exact = embedded_llm.count_tokens(FRANCE)
     # Cross-check with llama.cpp's template + tokenizer endpoints on the separate server process.
     prompt = (await asyncio.to_thread(http_server.post_json, "/apply-template", {"messages": [vars(FRANCE[0])]}))[
         "prompt"
@@ -97,21 +90,21 @@ async def test_count_tokens(embedded: EmbeddedLlm, http_server: LlmServer) -> No
     tokens = (await asyncio.to_thread(http_server.post_json, "/tokenize", {"content": prompt}))["tokens"]
     assert exact == len(tokens)
     longer = [*FRANCE, ChatMessage("assistant", "Paris."), ChatMessage("user", "And of Spain?")]
-    assert embedded.count_tokens(longer) > exact
+    assert embedded_llm.count_tokens(longer) > exact
     # The HTTP backend only estimates (chars/4 + per-message overhead): close for ordinary prose, but it cannot
     # know template extras such as SmolLM2's hidden default system prompt (most of the 37 tokens above).
     prose = [ChatMessage("user", "The quick brown fox jumps over the lazy dog near the riverbank. " * 6)]
     approx = OpenAiLlm(http_server.url, http_server.model).count_tokens(prose)
-    assert embedded.count_tokens(prose) / 2 <= approx <= embedded.count_tokens(prose) * 2
+    assert embedded_llm.count_tokens(prose) / 2 <= approx <= embedded_llm.count_tokens(prose) * 2
 
 
 async def test_generate_reports_logprobs_finish_reason_and_usage(
-    embedded: EmbeddedLlm, http_server: LlmServer
+    embedded_llm: EmbeddedLlm, http_server: LlmServer
 ) -> None:
     request = LlmRequest(FRANCE, max_tokens=6, logprobs=True)
     llm = OpenAiLlm(http_server.url, http_server.model, timeout=60)
     try:
-        for backend in (embedded, llm):
+        for backend in (embedded_llm, llm):
             async with contextlib.aclosing(backend.generate(request)) as generation:
                 chunks = [chunk async for chunk in generation]
             tokens = [c for c in chunks if c.text]
@@ -120,7 +113,7 @@ async def test_generate_reports_logprobs_finish_reason_and_usage(
             assert [c.finish_reason for c in chunks if c.finish_reason] == ["length"]
             usage = next(c.usage for c in chunks if c.usage)
             assert usage.completion_tokens == 6
-            assert usage.prompt_tokens == embedded.count_tokens(FRANCE)
+            assert usage.prompt_tokens == embedded_llm.count_tokens(FRANCE)
             # without logprobs asked for, none are reported
             async with contextlib.aclosing(backend.generate(LlmRequest(FRANCE, max_tokens=2))) as generation:
                 assert all(c.logprob is None for c in [c async for c in generation])
@@ -128,7 +121,7 @@ async def test_generate_reports_logprobs_finish_reason_and_usage(
         await llm.close()
 
 
-async def test_http_stream_matches_embedded(embedded: EmbeddedLlm, http_server: LlmServer) -> None:
+async def test_http_stream_matches_embedded(embedded_llm: EmbeddedLlm, http_server: LlmServer) -> None:
     request = LlmRequest(FRANCE, max_tokens=32)
     llm = OpenAiLlm(http_server.url, http_server.model, timeout=60)
     try:
@@ -137,7 +130,7 @@ async def test_http_stream_matches_embedded(embedded: EmbeddedLlm, http_server: 
         await llm.close()
     assert len(remote) > 1
     # Same GGUF, same llama.cpp settings, same chat template (the model's own): greedy decoding agrees.
-    assert "".join(remote) == "".join(await collect(embedded, request))
+    assert "".join(remote) == "".join(await collect(embedded_llm, request))
 
 
 async def test_http_close_aborts_upstream_generation(http_server: LlmServer) -> None:
@@ -175,10 +168,11 @@ async def test_backend_going_down_raises_llm_unavailable() -> None:
         await llm.close()
 
 
-async def test_embedded_applies_the_models_chat_template(embedded: EmbeddedLlm) -> None:
+async def test_embedded_applies_the_models_chat_template(embedded_llm: EmbeddedLlm) -> None:
     # SmolLM2-135M (Q4_1) answers the bare "What is the capital of France?" with French trivia rather than
     # "Paris"; this phrasing gets a sensible answer, which a wrong or missing chat template would not.
-    answer = "".join(await collect(embedded, LlmRequest([ChatMessage("user", "Which city is the capital of France?")])))
+    request = LlmRequest([ChatMessage("user", "Which city is the capital of France?")])
+    answer = "".join(await collect(embedded_llm, request))
     assert "Paris" in answer
 
 

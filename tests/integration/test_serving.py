@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -48,13 +48,6 @@ async def redis_client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redi
     await client.flushdb()
     yield client
     await client.aclose()
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[EmbeddedLlm]:
-    model = EmbeddedLlm()
-    yield model
-    asyncio.run(model.close())
 
 
 @pytest.fixture(scope="module")
@@ -209,12 +202,12 @@ def user(text: str) -> ChatMessage:
     return ChatMessage("user", text)
 
 
-def test_prompt_fits_in_one_count_when_everything_fits(llm: EmbeddedLlm) -> None:
+def test_prompt_fits_in_one_count_when_everything_fits(embedded_llm: EmbeddedLlm) -> None:
     calls: list[int] = []
 
     def count(messages: list[ChatMessage]) -> int:
         calls.append(len(messages))
-        return llm.count_tokens(messages)
+        return embedded_llm.count_tokens(messages)
 
     builder = PromptBuilder(DEFAULT_SYSTEM_TEMPLATE)
     messages = [ChatMessage("system", "Be brief."), user("Hi"), ChatMessage("assistant", "Hello!"), user("Why?")]
@@ -224,11 +217,11 @@ def test_prompt_fits_in_one_count_when_everything_fits(llm: EmbeddedLlm) -> None
     assert fitted.messages[0].role == "system"
     assert "Be brief." in fitted.messages[0].content and "[1] Doc one." in fitted.messages[0].content
     assert [m.content for m in fitted.messages[1:]] == ["Hi", "Hello!", "Why?"]
-    assert fitted.prompt_tokens == llm.count_tokens(fitted.messages)
+    assert fitted.prompt_tokens == embedded_llm.count_tokens(fitted.messages)
     assert (fitted.dropped_messages, fitted.dropped_documents) == (0, 0)
 
 
-def test_prompt_priority_system_then_recent_messages_then_documents(llm: EmbeddedLlm) -> None:
+def test_prompt_priority_system_then_recent_messages_then_documents(embedded_llm: EmbeddedLlm) -> None:
     builder = PromptBuilder("You are Vigil.{% if documents %} Docs: {{ documents | join(' | ') }}{% endif %}")
     filler = "words " * 60
     messages = []
@@ -237,7 +230,7 @@ def test_prompt_priority_system_then_recent_messages_then_documents(llm: Embedde
     messages.append(user("final question"))
     budget_window, reserve = 400, 100
     fitted = builder.fit(model="m", messages=messages, documents=["short doc", "long doc " + filler * 3],
-                         count_tokens=llm.count_tokens, context_window=budget_window, reserve_output=reserve)
+                         count_tokens=embedded_llm.count_tokens, context_window=budget_window, reserve_output=reserve)
     assert fitted.prompt_tokens <= budget_window - reserve
     assert fitted.messages[0].content.startswith("You are Vigil.")
     assert fitted.messages[-1].content == "final question"
@@ -248,16 +241,16 @@ def test_prompt_priority_system_then_recent_messages_then_documents(llm: Embedde
     assert fitted.dropped_documents == 1 and "short doc" in fitted.messages[0].content
     # one more message would not have fitted
     more = [fitted.messages[0], *messages[len(messages) - len(kept) - 2:]]
-    assert llm.count_tokens(more) > budget_window - reserve
+    assert embedded_llm.count_tokens(more) > budget_window - reserve
 
 
-def test_prompt_that_cannot_fit_its_last_message(llm: EmbeddedLlm) -> None:
+def test_prompt_that_cannot_fit_its_last_message(embedded_llm: EmbeddedLlm) -> None:
     builder = PromptBuilder(DEFAULT_SYSTEM_TEMPLATE)
     with pytest.raises(PromptTooLong, match="last message"):
-        builder.fit(model="m", messages=[user("word " * 500)], documents=[], count_tokens=llm.count_tokens,
+        builder.fit(model="m", messages=[user("word " * 500)], documents=[], count_tokens=embedded_llm.count_tokens,
                     context_window=512, reserve_output=128)
     with pytest.raises(PromptTooLong, match="no room"):
-        builder.fit(model="m", messages=[user("hi")], documents=[], count_tokens=llm.count_tokens,
+        builder.fit(model="m", messages=[user("hi")], documents=[], count_tokens=embedded_llm.count_tokens,
                     context_window=512, reserve_output=512)
 
 
