@@ -11,13 +11,15 @@ from models.faces import FACE_MODELS
 from models.plates import TEXT_READERS
 from server.config.base import Section
 
+FaceModel = FACE_MODELS.config_type()  # default dlib, as server.config.models names its kinds' unions
+TextReaderModel = TEXT_READERS.config_type()  # default rapidocr
+
 
 class FacesSettings(Section):
     enabled: bool = Field(False, description=(
         "Recognise enrolled people (POST /api/faces/{name}) on tracked persons: tracks, their events and timeline "
         "entries carry identity (name and score, or name null: a face that matches nobody)."))
-    model: FACE_MODELS.config_type() = Field(  # type: ignore[valid-type]
-        default_factory=FACE_MODELS.default_config, description="The face model (backend: dlib).")
+    model: FaceModel = Field(default_factory=FACE_MODELS.default_config, description="The face model (backend: dlib).")
     threshold: float = Field(0.92, ge=-1, le=1, description=(
         "Cosine similarity of two face embeddings from which they are the same person (dlib's ResNet: 0.92 is its "
         "author's Euclidean distance 0.4 on unit vectors, stricter than his 0.6: fewer wrong names, more unknowns)."))
@@ -37,8 +39,8 @@ class PlatesSettings(Section):
     enabled: bool = Field(False, description=(
         "Read licence plates of vehicle tracks (needs a detector with vehicles: opencv-ssd, or a COCO YOLO): tracks "
         "and their events carry plate (the best reading: text, score, and the name of a known plate)."))
-    model: TEXT_READERS.config_type() = Field(  # type: ignore[valid-type]
-        default_factory=TEXT_READERS.default_config, description="The text reader (backend: rapidocr).")
+    model: TextReaderModel = Field(default_factory=TEXT_READERS.default_config,
+                                   description="The text reader (backend: rapidocr).")
     labels: list[str] = Field(["car", "bus", "truck"], min_length=1, description="Detector labels that have plates.")
     interval_s: float = Field(1.0, gt=0, le=3600, description="Per track: media seconds between two readings.")
     max_per_frame: int = Field(1, ge=1, le=64, description="Vehicles read per analysed frame at most (largest first).")
