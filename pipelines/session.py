@@ -387,14 +387,20 @@ class SessionPipeline:
         if kind not in self.tracks:
             self.tracks.append(kind)
 
-    async def feed_video(self, frame: av.VideoFrame) -> None:
-        if self._closed:
-            return
-        pts = self._video_time.of(frame)
+    def _arrived(self, frame: av.VideoFrame | av.AudioFrame, track: _TrackTime, delay: ArrivalDelay) -> float:
+        """A frame's media time on its track. Either track moves a virtual clock (as-fast-as-possible replay) to it;
+        with the wall clock, how late the frame came is measured instead (``media_delay_s``)."""
+        pts = track.of(frame)
         if self.clock.virtual:
             self.clock.advance_to(pts)  # type: ignore[attr-defined]
         else:
-            self._video_delay.observe(pts, time.monotonic())
+            delay.observe(pts, time.monotonic())
+        return pts
+
+    async def feed_video(self, frame: av.VideoFrame) -> None:
+        if self._closed:
+            return
+        pts = self._arrived(frame, self._video_time, self._video_delay)
         self.counts.video.frames_in += 1
         self._metrics.frames_in.inc()
         if self.timeline is not None:
@@ -413,11 +419,7 @@ class SessionPipeline:
     async def feed_audio(self, frame: av.AudioFrame) -> None:
         if self._closed:
             return
-        pts = self._audio_time.of(frame)
-        if self.clock.virtual:
-            self.clock.advance_to(pts)  # type: ignore[attr-defined]
-        else:
-            self._audio_delay.observe(pts, time.monotonic())
+        pts = self._arrived(frame, self._audio_time, self._audio_delay)
         self.counts.audio.frames_in += 1
         self.counts.audio.samples_in += frame.samples
         self.counts.audio.seconds_in = round(self.counts.audio.samples_in / (frame.sample_rate or 1), 6)
