@@ -252,6 +252,14 @@ class LineCross(_Known):
     direction: Literal["in", "out"]
 
 
+class ObjectAppeared(_Known):
+    """First sighting of a track whose label has a ``storage.appear`` rule."""
+
+    label: str
+    track_id: int
+    conf: float
+
+
 class BargeIn(_Outbound):
     turn: int = Field(description="The turn whose reply was interrupted.")
     dropped_audio_ms: float = Field(description="Reply audio discarded, not played.")
@@ -266,14 +274,6 @@ class SourceStateChange(_Outbound):
 
 # name -> the model of its ``data``; a new event name is one line here plus its model (config: the session's new
 # effective config, after a client's ``config`` message).
-class ObjectAppeared(_Known):
-    """First sighting of a track whose label has a ``storage.appear`` rule."""
-
-    label: str
-    track_id: int
-    conf: float
-
-
 EVENT_PAYLOADS: dict[str, type[BaseModel]] = {
     "zone.enter": ZoneEnter, "zone.exit": ZoneExit, "line.cross": LineCross, "object.appeared": ObjectAppeared,
     "barge_in": BargeIn, "source.state": SourceStateChange, "config": SessionConfig,
