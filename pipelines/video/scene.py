@@ -49,12 +49,19 @@ class SceneState:
         """One short English paragraph for an LLM prompt."""
         if self.pts is None:
             return "The camera has not been analysed yet."
-        seen = ", ".join(f"{n} {label}{'s' if n != 1 else ''}" for label, n in self.counts.items()) or "nothing"
-        parts = [f"The camera currently sees {seen}."]
+        # People first and spelt out, "no one: 0 people" when none: a small model asked "do you see anyone?"
+        # answers yes to "sees nothing", and reads a count of people (bench/answers.py, the scene questions).
+        people = self.counts.get("person", 0)
+        others = ", ".join(f"{n} {label}{'s' if n != 1 else ''}" for label, n in self.counts.items()
+                           if label != "person")
+        if people:
+            parts = [f"The camera sees {_people(people)}{', ' + others if others else ''}."]
+        else:
+            parts = ["The camera sees no one: 0 people.", f"It sees {others}." if others else "Nothing is in view."]
         if self.known:  # "who is at the door?"
             parts.append(f"Recognised in view: {', '.join(self.known)}.")
         for zone, ids in self.zone_occupancy.items():
-            parts.append(f"Zone '{zone}' has {len(ids)} object(s) in it.")
+            parts.append(f"Zone '{zone}': {len(ids)} in it." if ids else f"Zone '{zone}': empty (no one in it).")
         for line, c in self.line_counts.items():
             parts.append(f"Line '{line}' was crossed {c.get('in', 0)} time(s) in and {c.get('out', 0)} out.")
         if self.recent_events:
@@ -63,6 +70,10 @@ class SceneState:
                 f"{e['name']} {e.get('zone') or e.get('line') or ''} (track {e.get('track_id')})".replace("  ", " ")
                 for e in last) + ".")
         return " ".join(parts)
+
+
+def _people(n: int) -> str:
+    return "1 person" if n == 1 else f"{n} people"
 
 
 def known_in_view(objects: list[dict[str, Any]]) -> list[str]:

@@ -84,34 +84,30 @@ def recite(reminders: list[str]) -> str:
     return "You asked me to " + (said[0] if len(said) == 1 else ", ".join(said[:-1]) + f" and {said[-1]}") + "."
 
 
-def session_prompt(base: str, *, video: bool, scene: str | None = None, question: str = "") -> str:
-    """The system prompt: ``base`` (the config's), the camera only when the session has a video track, and the
-    scene summary only when the question is about what the camera sees (without ``scene``: the session's stable
-    prompt, see ``turn_messages``)."""
+def session_prompt(base: str, *, video: bool) -> str:
+    """The session's stable system prompt: ``base`` (the config's), and the camera only when the session has a
+    video track (the scene itself goes with the question: ``turn_messages``)."""
     parts = [base.strip()]
     if video:
         parts.append("You can see through the user's camera.")
-        if scene is not None and about_scene(question):
-            parts.append("What the camera sees right now: " + scene)
     return "\n\n".join(parts)
 
 
 def turn_messages(system: str, history: Sequence[ChatMessage], question: str, *, video: bool,
                   scene: str | None = None, recalled: str | None = None) -> list[ChatMessage]:
     """The turn's prompt in an order llama.cpp can reuse. It keeps the KV cache of the longest prefix a request
-    shares with the one before, so the session's stable system prompt (``session_prompt`` without a scene) and
-    the conversation so far come first and are not evaluated again; what changes from turn to turn follows them,
-    as a system message of its own just before the question: the scene when the question is about it (a video
-    session), entries recalled from memory (camera entries only with a video track or a question about what was
-    seen: otherwise they lead a small model to speak of a camera the session does not have)."""
-    extra = []
-    if video and scene is not None and about_scene(question):
-        extra.append("What the camera sees right now: " + scene)
-    if recalled:
-        extra.append(recalled if video or about_scene(question) else without_camera(recalled))
+    shares with the one before, so the session's stable system prompt (``session_prompt``) and the conversation
+    so far come first and are not evaluated again; what changes from turn to turn follows them: entries recalled
+    from memory as a system message (camera entries only with a video track or a question about what was seen:
+    otherwise they lead a small model to speak of a camera the session does not have), then the question, with
+    the scene in front of it when the question is about it (a video session)."""
     messages = [ChatMessage("system", system), *history]
-    if extra:
-        messages.append(ChatMessage("system", "\n\n".join(extra)))
+    if recalled:
+        messages.append(ChatMessage("system", recalled if video or about_scene(question) else without_camera(recalled)))
+    if video and scene is not None and about_scene(question):
+        # In the user's own message: a 0.5B model answers "yes, I see someone" of an empty view when the scene
+        # is a system message before the question, and reads it when it stands in the question (bench/answers.py)
+        question = f"[Camera: {scene}]\n{question}"
     return [*messages, ChatMessage("user", question)]
 
 

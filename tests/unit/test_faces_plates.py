@@ -23,7 +23,7 @@ from pipelines.timeline.store import TimelineEntry, TimelineStore
 from pipelines.video.faces import FaceGallery, FaceSettings, Identity, StreamFaces, check_name, face_region
 from pipelines.video.plates import PlateReader, PlateSettings, normalise_plate
 from pipelines.video.scene import SceneState, known_in_view
-from pipelines.voice.replies import session_prompt
+from pipelines.voice.replies import session_prompt, turn_messages
 from server.config import load_settings
 from server.config.faces import FacesSettings, PlatesSettings
 from server.config_mapping import (
@@ -288,5 +288,6 @@ def test_who_is_at_the_door_is_answered_from_a_prompt_that_names_them():
     scene = SceneState()
     scene.update(labels=["person"], pts=1.0, ts=1.0, model="m", zone_occupancy={}, line_counts={}, events=[],
                  known=known_in_view([{"label": "person", "identity": {"name": "Alice", "score": 0.97}}]))
-    prompt = session_prompt("You are Vigil.", video=True, scene=scene.summary(), question="Who is at the door?")
-    assert "Recognised in view: Alice (person)." in prompt
+    system = session_prompt("You are Vigil.", video=True)
+    question = turn_messages(system, [], "Who is at the door?", video=True, scene=scene.summary())[-1].content
+    assert "Recognised in view: Alice (person)." in question

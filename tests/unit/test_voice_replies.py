@@ -55,23 +55,42 @@ def test_reminders_are_acknowledged_and_recited():
     assert not replies.asks_for_reminders("Remind me to water the plants.")
 
 
-def test_the_prompt_names_the_camera_only_with_video_and_the_scene_only_when_asked():
-    scene = "The camera currently sees 2 persons."
-    audio_only = replies.session_prompt("Be brief.", video=False, scene=None, question="How many people do you see?")
-    assert audio_only == "Be brief."
-    asked = replies.session_prompt("Be brief.", video=True, scene=scene, question="How many people do you see?")
-    assert "camera" in asked and scene in asked
-    unrelated = replies.session_prompt("Be brief.", video=True, scene=scene, question="What is twelve times three?")
-    assert "camera" in unrelated and scene not in unrelated
+def _user_message(question: str, *, video: bool, scene: str | None) -> str:
+    system = replies.session_prompt("Be brief.", video=video)
+    return replies.turn_messages(system, [], question, video=video, scene=scene)[-1].content
 
+
+def test_the_prompt_names_the_camera_only_with_video_and_the_scene_only_when_asked():
+    scene = "The camera sees 2 people."
+    assert replies.session_prompt("Be brief.", video=False) == "Be brief."
+    assert "camera" in replies.session_prompt("Be brief.", video=True)
+    audio_only = replies.turn_messages("Be brief.", [], "How many people do you see?", video=False, scene=None)
+    assert "camera" not in " ".join(m.content for m in audio_only)
+    assert scene in _user_message("How many people do you see?", video=True, scene=scene)
+    assert _user_message("What is twelve times three?", video=True, scene=scene) == "What is twelve times three?"
 
 
 @pytest.mark.parametrize("question", ["Which car is in the drive?", "Whose van is that?", "Who is at the door?",
                                       "What does the licence plate say?", "Is there a truck outside?"])
 def test_who_and_which_questions_get_the_scene(question: str):
     """The scene names recognised people and read plates (video.faces, video.plates): these questions need it."""
-    scene = "The camera currently sees 1 car. Recognised in view: a car with plate AB12CDE (Alice's car)."
-    assert scene in replies.session_prompt("Be brief.", video=True, scene=scene, question=question)
+    scene = "The camera sees 1 car. Recognised in view: a car with plate AB12CDE (Alice's car)."
+    assert _user_message(question, video=True, scene=scene) == f"[Camera: {scene}]\n{question}"
+
+
+def test_the_scene_spells_out_people_and_says_no_one_when_the_view_is_empty():
+    """A small model asked "do you see anyone?" of "sees nothing" answered yes: the count of people comes first."""
+    from pipelines.video.scene import SceneState
+
+    scene = SceneState()
+    assert scene.summary() == "The camera has not been analysed yet."
+    scene.update(labels=[], pts=1.0, ts=1.0, model="m", zone_occupancy={"door": []}, line_counts={}, events=[])
+    assert scene.summary() == "The camera sees no one: 0 people. Nothing is in view. Zone 'door': empty (no one in it)."
+    scene.update(labels=["person", "car", "person"], pts=2.0, ts=2.0, model="m", zone_occupancy={"door": [3]},
+                 line_counts={}, events=[])
+    assert scene.summary() == "The camera sees 2 people, 1 car. Zone 'door': 1 in it."
+    scene.update(labels=["dog"], pts=3.0, ts=3.0, model="m", zone_occupancy={}, line_counts={}, events=[])
+    assert scene.summary() == "The camera sees no one: 0 people. It sees 1 dog."
 
 
 def test_memory_searches_for_reminders_when_asked_what_to_remember():
@@ -100,10 +119,11 @@ def test_what_changes_per_turn_follows_the_conversation_so_the_cached_prefix_sta
     scene = "The camera currently sees 2 persons."
     recalled = ("What you remember:\n- 2026-12-04 13:40:01 UTC (3 min ago), the user said: \"My car is blue.\"\n"
                 "- 2026-12-04 13:31:12 UTC (12 min ago), the camera saw: person (track 1) left zone 'door'")
-    asked = replies.turn_messages(system, history, "How many people do you see?", video=True, scene=scene)
+    asked = replies.turn_messages(system, history, "How many people do you see?", video=True, scene=scene,
+                                  recalled=recalled)
     assert asked[:3] == [ChatMessage("system", system), *history]  # the same prefix as the turn before
-    assert asked[3:] == [ChatMessage("system", "What the camera sees right now: " + scene),
-                         ChatMessage("user", "How many people do you see?")]
+    assert asked[3:] == [ChatMessage("system", recalled),
+                         ChatMessage("user", f"[Camera: {scene}]\nHow many people do you see?")]
     plain = replies.turn_messages(system, history, "What is twelve times three?", video=True, scene=scene)
     assert plain == [ChatMessage("system", system), *history, ChatMessage("user", "What is twelve times three?")]
     audio_only = replies.turn_messages(replies.session_prompt("Be brief.", video=False), [],
