@@ -165,9 +165,24 @@ class SlowRecognizerForTest(ScriptedRecognizerForTest):
 
     seconds = 0.3
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.finished = 0  # looks done (the test waits for them: a loaded CI machine is slower than any sleep)
+
     def identify(self, image: np.ndarray, box: Any, keypoints: Any) -> Identity | None:
         time.sleep(self.seconds)
-        return super().identify(image, box, keypoints)
+        try:
+            return super().identify(image, box, keypoints)
+        finally:
+            self.finished += 1
+
+    async def wait_finished(self, looks: int) -> None:
+        for _ in range(1000):
+            if self.finished >= looks:
+                await asyncio.sleep(0.05)  # its result reaches the event loop
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{self.finished} of {looks} looks finished in 10 s")
 
 
 async def test_a_slow_look_never_holds_a_frame_longer_than_max_wait_and_lands_on_a_later_frame(tmp_path: Path):
@@ -181,11 +196,11 @@ async def test_a_slow_look_never_holds_a_frame_longer_than_max_wait_and_lands_on
     await faces.annotate(frame, 0.0, [_person(1), _person(2, 0.05)], objects, [])
     assert time.perf_counter() - started < 0.25 and "identity" not in objects[0]
     await faces.annotate(frame, 0.1, [_person(1), _person(2, 0.05)], [], [])  # one look in flight: none started
-    await asyncio.sleep(0.4)
+    await recognizer.wait_finished(1)
     objects = [_person(1).as_message(), _person(2).as_message()]
     await faces.annotate(frame, 0.2, [_person(1), _person(2, 0.05)], objects, [])  # the first look landed; next
     assert objects[0]["identity"]["name"] == "Alice" and "identity" not in objects[1]  # track 2's is under way
-    await asyncio.sleep(0.4)
+    await recognizer.wait_finished(2)
     objects = [_person(1).as_message(), _person(2).as_message()]
     await faces.annotate(frame, 0.3, [_person(1), _person(2, 0.05)], objects, [])
     assert objects[1]["identity"]["name"] == "Bob" and recognizer.calls == [1, 2]
