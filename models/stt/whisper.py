@@ -23,7 +23,6 @@ import shutil
 import tempfile
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -147,52 +146,9 @@ def resolve_model_dir(model: str | None, cache_dir: str | Path | None = None) ->
     return path.name, path
 
 
-@dataclass(frozen=True, slots=True)
-class LoadedWhisper:
-    name: str  # display name ("tiny.en", "base", or the directory's name)
-    model_dir: Path
-    compute_type: str
-    cpu_threads: int
-    model: Any  # faster_whisper.WhisperModel
-
-
-def load_whisper(
-    model_dir: str | None,
-    device: str = "cpu",
-    compute_type: str | None = None,
-    cpu_threads: int | None = None,
-    num_workers: int = 1,
-    cache_dir: str | Path | None = None,
-) -> LoadedWhisper:
-    """Resolve ``model_dir`` (see the module docstring) and load it with faster-whisper, local files only.
-    Blocking. ``compute_type``: default ``"int8"`` on CPU, ``"float16"`` on CUDA. Raises ValueError for an
-    unknown device, :class:`DeviceNotAvailable` / :class:`ModelNotAvailable` when it cannot load."""
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
-    name, path = resolve_model_dir(model_dir, cache_dir)
-    compute_type = compute_type or ("float16" if device == "cuda" else "int8")
-    cpu_threads = cpu_threads if cpu_threads is not None else min(4, os.cpu_count() or 1)
-
-    import ctranslate2
-    from faster_whisper import WhisperModel
-
-    if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
-        raise DeviceNotAvailable(
-            "STT device 'cuda' requested but CTranslate2 finds no CUDA device here (no GPU or driver); "
-            "use device='cpu'"
-        )
-    try:
-        model = WhisperModel(str(path), device=device, compute_type=compute_type, cpu_threads=cpu_threads,
-                             num_workers=max(1, num_workers), local_files_only=True)
-    except (RuntimeError, ValueError, OSError) as exc:
-        kind = DeviceNotAvailable if device == "cuda" else ModelNotAvailable
-        raise kind(f"cannot load Whisper {name!r} from {path} on {device}/{compute_type}: {exc}") from exc
-    return LoadedWhisper(name, path, compute_type, cpu_threads, model)
-
-
 class LocalWhisper:
-    """A Whisper model loaded from local files with :func:`load_whisper` (the arguments are its), and what every
-    wrapper of it exposes: name, directory, device, compute type, threads, whether it is multilingual."""
+    """A Whisper model loaded from local files with faster-whisper, and what every wrapper of it exposes: name,
+    directory, device, compute type, threads, whether it is multilingual."""
 
     sample_rate = SAMPLE_RATE
 
@@ -205,9 +161,33 @@ class LocalWhisper:
         num_workers: int = 1,
         cache_dir: str | Path | None = None,
     ) -> None:
-        loaded = load_whisper(model_dir, device, compute_type, cpu_threads, num_workers, cache_dir)
-        self.name, self.model_dir, self.device = loaded.name, loaded.model_dir, device
-        self.compute_type, self.cpu_threads, self._model = loaded.compute_type, loaded.cpu_threads, loaded.model
+        """Resolve ``model_dir`` (see the module docstring) and load it, local files only. Blocking.
+        ``compute_type``: default ``"int8"`` on CPU, ``"float16"`` on CUDA. Raises ValueError for an unknown device,
+        :class:`DeviceNotAvailable` / :class:`ModelNotAvailable` when it cannot load."""
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
+        # name: the display name ("tiny.en", "base", or the directory's name)
+        self.name, self.model_dir = resolve_model_dir(model_dir, cache_dir)
+        self.device = device
+        self.compute_type = compute_type or ("float16" if device == "cuda" else "int8")
+        self.cpu_threads = cpu_threads if cpu_threads is not None else min(4, os.cpu_count() or 1)
+
+        import ctranslate2
+        from faster_whisper import WhisperModel
+
+        if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+            raise DeviceNotAvailable(
+                "STT device 'cuda' requested but CTranslate2 finds no CUDA device here (no GPU or driver); "
+                "use device='cpu'"
+            )
+        try:
+            self._model: Any = WhisperModel(  # faster_whisper.WhisperModel
+                str(self.model_dir), device=device, compute_type=self.compute_type, cpu_threads=self.cpu_threads,
+                num_workers=max(1, num_workers), local_files_only=True)
+        except (RuntimeError, ValueError, OSError) as exc:
+            kind = DeviceNotAvailable if device == "cuda" else ModelNotAvailable
+            raise kind(f"cannot load Whisper {self.name!r} from {self.model_dir} on {device}/{self.compute_type}: "
+                       f"{exc}") from exc
         self.multilingual: bool = bool(self._model.model.is_multilingual)
 
 

@@ -34,9 +34,9 @@ def silence(seconds: float, rate: int = OUT_RATE) -> np.ndarray:
 
 @cache
 def _word_aligner():
-    from models.stt.whisper import load_whisper
+    from models.stt.whisper import LocalWhisper
 
-    return load_whisper(None).model  # faster-whisper's WhisperModel (tiny.en), for word timestamps
+    return LocalWhisper()._model  # faster-whisper's WhisperModel (tiny.en), for word timestamps
 
 
 @cache
