@@ -122,7 +122,7 @@ CONVERSATIONS: list[Conversation] = [
     *single(
         "advice",
         ("I have a headache. What should I do?",
-         r"water|rest|pain ?relie|doctor|medic|ibuprofen|paracetamol|aspirin|sleep|lie down|hydrat"),
+         r"water|rest|pain ?relie|doctor|health ?care|medic|ibuprofen|paracetamol|aspirin|sleep|lie down|hydrat"),
         ("How can I fall asleep faster?", r"screen|routine|dark|caffeine|relax|breath|read|phone|schedule|bed"),
         ("What should I do with a ripe banana?", r"\beat|smoothie|bread|bake|freez|snack|cereal|dessert",
          r"discard|throw (it )?away"),

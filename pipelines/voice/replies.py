@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from models.llm import ChatMessage
-from pipelines.voice.sentences import split_sentences
+from pipelines.voice.sentences import ends_sentence, split_sentences
 
 # Questions the camera can answer: what is seen, who is where, what happened in view.
 _SCENE = re.compile(
@@ -160,7 +160,8 @@ class ReplyGuard:
                 self.stopped, self._done = "repeat", start
                 return
             self._seen.add(key)
-            self._sentences += 1
+            if ends_sentence(sentence):  # "This could involve:" and a list's "**Light**:" are not sentences
+                self._sentences += 1
             position = self._done = start + len(sentence)
             if self._sentences >= self.max_sentences and not final:
                 self.stopped = "sentences"

@@ -16,6 +16,21 @@ _BOUNDARY = re.compile(r"[.!?;:…]+[\"'”’)\]]*(?=\s|$)|\n")
 _LAST_WORD = re.compile(r"(\S+)$")
 _ACRONYM = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")  # "e.g", "i.e", "U.S" (final period excluded)
 _LIST_NUMBER = re.compile(r"\d+\.")
+# Markdown a small model writes despite the prompt: emphasis, code ticks, headings and bullets.
+_MARKUP = re.compile(r"\*\*|__|(?<!\w)[*_](?=\w)|(?<=\w)[*_](?!\w)|`+|^[ \t]{0,3}#{1,6}[ \t]+|^[ \t]*[-*•][ \t]+",
+                     re.MULTILINE)
+# A chunk that ends a sentence (not a clause before a colon or semicolon, a list's lead-in, a line).
+_SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*$")
+
+
+def speakable(text: str) -> str:
+    """What the voice says of a chunk of reply text: without markdown (Piper reads "**Light**" as "asterisk
+    asterisk light asterisk asterisk", 3.5 s instead of 1). The text a client is sent keeps it."""
+    return _MARKUP.sub("", text)
+
+
+def ends_sentence(chunk: str) -> bool:
+    return _SENTENCE_END.search(chunk.rstrip()) is not None
 
 
 def split_sentences(buffer: str, final: bool = False) -> tuple[list[str], str]:

@@ -21,7 +21,7 @@ from pipelines.voice.audio import ReplyAudioTrack, resample_pcm, trim_silence
 from pipelines.voice.metrics import ms_since
 from pipelines.voice.outbox import Outbox
 from pipelines.voice.replies import ReplyGuard
-from pipelines.voice.sentences import split_first_clause, split_sentences
+from pipelines.voice.sentences import speakable, split_first_clause, split_sentences
 from pipelines.voice.speculation import Speculation
 from pipelines.voice.turns import Turn
 
@@ -144,7 +144,7 @@ class ReplyStreamer:
             return np.zeros(0, np.int16)  # offline replay has nowhere to play audio
         loop = asyncio.get_running_loop()
         tts = self._tts
-        pcm = await loop.run_in_executor(self._tts_executor, tts.synthesize, text)
+        pcm = await loop.run_in_executor(self._tts_executor, tts.synthesize, speakable(text))
         pcm = trim_silence(pcm, tts.sample_rate, lead=first, keep_tail_ms=CLAUSE_PAUSE_MS if clause else None)
         return resample_pcm(pcm, tts.sample_rate)
 

@@ -31,6 +31,24 @@ def test_a_reply_stops_after_its_sentence_budget():
     assert (out, stopped) == ("One thing. Two things.", "sentences")
 
 
+def test_a_list_lead_in_and_its_item_headings_are_not_sentences_of_the_budget():
+    """Qwen answered "yellow leaves?" with "...healthy. This could involve:\n1. **Ma" and was cut there: the colon
+    chunks counted as sentences 2 and 3, so none of the advice was said."""
+    deltas = ["Check the plant.", " This could involve:", "\n1. **Soil**:", " Let it drain.", "\n2. **Light**:",
+              " Move it to the sun.", " Water less."]
+    out, stopped = _guarded(deltas, max_sentences=3)
+    assert out == "Check the plant. This could involve:\n1. **Soil**: Let it drain.\n2. **Light**: Move it to the sun."
+    assert stopped == "sentences"
+
+
+def test_markdown_is_not_spoken():
+    from pipelines.voice.sentences import speakable
+
+    assert speakable("1. **Light**: move it to a *sunny* spot, `now`.") == "1. Light: move it to a sunny spot, now."
+    assert speakable("## Tips\n- Water less\n* Drain well") == "Tips\nWater less\nDrain well"
+    assert speakable("3*4 is 12 and my_var stays; 2 * 3 too.") == "3*4 is 12 and my_var stays; 2 * 3 too."
+
+
 @pytest.mark.parametrize(("said", "kept"), [
     ("Please remind me to buy some milk after work.", "to buy some milk after work"),
     ("Can you remind me to call my mother tomorrow?", "to call your mother tomorrow"),
