@@ -180,10 +180,10 @@ async def test_prompt_carries_the_live_scene(vigil, tmp_path: Path):
         await call.client.next_message("detections", 30, where=lambda m: len(m["objects"]) == 2)
         call.mic.say(speech(QUESTION))
         await call.turn(1)
-        request = _session_loop(server).last_request
-        system = _system_text(server)
-        assert "2 persons" in system, system
-        assert request.messages[-1].content.lower().startswith("how many people")
+        question = _session_loop(server).last_request.messages[-1]
+        # the scene stands in the question itself (replies.turn_messages), the question on its last line
+        assert question.role == "user" and "The camera sees 2 people." in question.content, question
+        assert question.content.splitlines()[-1].lower().startswith("how many people")
     player.video.stop()
 
 
