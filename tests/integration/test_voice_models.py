@@ -157,9 +157,9 @@ def test_split_sentences_streaming_matches_whole_text() -> None:
         ("I see them - two of them and", ["I see them -"], "two of them and"),
         ("Well - it is", [], "Well - it is"),
         ("The sky is blue. It", ["The sky is blue."], "It"),  # a sentence that ends first is spoken whole
-        ("It costs 3,5 dollars and", [], "It costs 3,5 dollars and"),  # no space after the comma: not a clause
-        ("one two three four five six", [], "one two three four five six"),
-        ("one two three four five six seven", ["one two three four five six"], "seven"),
+        ("It costs 3,5", [], "It costs 3,5"),  # no space after the comma: not a clause
+        ("one two three four", [], "one two three four"),
+        ("one two three four five", ["one two three four"], "five"),  # the fifth word has begun: cut
     ],
 )
 def test_split_first_clause(buffer: str, chunks: list[str], tail: str) -> None:
@@ -174,7 +174,8 @@ def test_first_clause_then_sentences_speak_the_whole_reply() -> None:
         chunks, tail = (split_first_clause if not spoken else split_sentences)(tail + text[i : i + 4])
         spoken += chunks
     spoken += split_sentences(tail, final=True)[0]
-    assert spoken == ["I can see two people,", "one of them is waving.", "The other reads a book."]
+    # streamed, the fifth word begins before the comma comes: the first chunk is the first four words
+    assert spoken == ["I can see two", "people, one of them is waving.", "The other reads a book."]
 
 
 # --- STT -----------------------------------------------------------------------------------------------------
