@@ -115,9 +115,12 @@ async def _status_of(call: Any, requests: list[Any] | None = None) -> grpc.Statu
     its client saw (None: lost to the client's write race)."""
     try:
         if requests is not None:
-            for request in requests:
-                await call.write(request)
-            await call.done_writing()
+            try:
+                for request in requests:
+                    await call.write(request)
+                await call.done_writing()
+            except asyncio.InvalidStateError:  # "RPC already finished": the server ended it first; its status stands
+                return await call.code()
         if hasattr(call, "read"):  # a response stream
             while await call.read() is not grpc.aio.EOF:
                 pass
