@@ -11,7 +11,7 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY, generate_latest
 
-from pipelines.timeline.store import ORPHAN_AGE_S, TimelineEntry, TimelineStore
+from pipelines.timeline.store import ORPHAN_AGE_S, StorageUnavailable, TimelineEntry, TimelineStore
 
 
 def _entry(wall_ts: float | None = None, **fields) -> TimelineEntry:
@@ -121,8 +121,6 @@ def test_entries_sharing_a_snapshot_keep_it_until_the_last_one_goes(tmp_path: Pa
 def test_close_waits_for_reads_on_other_threads_and_later_reads_are_refused(tmp_path: Path):
     """Memory catches up with the timeline on its own thread; the server closing the store under a running
     query crashed the process (a segfault in CI). Close now waits for the read, and later reads get an error."""
-    from pipelines.timeline.store import StorageUnavailable
-
     store = TimelineStore(tmp_path / "data", max_age_s=3600, quota_bytes=10**9)
     store.open()
     for _ in range(200):
