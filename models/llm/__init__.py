@@ -55,6 +55,7 @@ class LlmRequest:
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0  # of prompt_tokens, those read from the backend's prompt cache (0: none, or not said)
 
     @property
     def total_tokens(self) -> int:
@@ -96,6 +97,10 @@ class LanguageModel(Protocol):
 class TextStream:
     """Base of the backends: ``stream`` as the text-only view of ``generate`` (closing it closes the
     generation)."""
+
+    # True: the model runs in this process and keeps the KV cache of the prompt it read last, so reading a prompt
+    # ahead (the voice loop's warm-up) costs only local work and the next request that shares its start is faster.
+    local_prompt_cache = False
 
     def generate(self, request: LlmRequest) -> AsyncIterator[TokenChunk]:
         raise NotImplementedError

@@ -114,6 +114,8 @@ class EmbeddedLlm(TextStream):
     The constructor loads the model (about a second); inside an event loop use ``await EmbeddedLlm.open()``.
     """
 
+    local_prompt_cache = True  # llama.cpp's slot reuses the longest prefix a request shares with the one before
+
     def __init__(
         self, model_path: str | None = None, n_ctx: int = 2048, n_threads: int | None = None, n_parallel: int = 1,
         n_threads_batch: int | None = None,

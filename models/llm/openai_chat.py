@@ -44,7 +44,9 @@ def parse_chunk(chunk: dict[str, Any], where: str) -> TokenChunk:
             logprob = (logprob or 0.0) + sum(token_logprobs)
     usage = None
     if isinstance(chunk.get("usage"), dict):
-        usage = Usage(int(chunk["usage"].get("prompt_tokens", 0)), int(chunk["usage"].get("completion_tokens", 0)))
+        counts = chunk["usage"]
+        cached = (counts.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        usage = Usage(int(counts.get("prompt_tokens", 0)), int(counts.get("completion_tokens", 0)), int(cached))
     return TokenChunk(text, logprob, finish_reason, usage)
 
 

@@ -28,16 +28,17 @@ a turn that continues one whose reply was cut unheard.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import av
 import numpy as np
 
-from models.llm import LanguageModel, LlmRequest
+from models.llm import LanguageModel, LlmRequest, LlmUnavailable
 from models.stt import SpeechToText
 from models.tts import TextToSpeech
 from models.turn import TurnDetector
@@ -47,7 +48,7 @@ from pipelines.protocol import Event, Metrics, Reply, Transcript
 from pipelines.voice.audio import InputResampler, ReplyAudioTrack, SilenceWatch
 from pipelines.voice.config import VoiceLoopConfig
 from pipelines.voice.endpointing import FRAME_SAMPLES, TurnEnded, TurnStarted, TurnTaking
-from pipelines.voice.metrics import EndOfTurn, ms_since
+from pipelines.voice.metrics import EndOfTurn, TurnMetricsBuilder, ms_since
 from pipelines.voice.outbox import Outbox
 from pipelines.voice.recall import ContextProvider, Recall
 from pipelines.voice.replies import has_video
@@ -62,6 +63,11 @@ if TYPE_CHECKING:
 __all__ = ["VoiceEngine", "VoiceLoop", "VoiceLoopConfig"]
 
 log = logging.getLogger(__name__)
+
+# The most the turn model waits for the speculative reply to read its prompt (_make_way_for_reply).
+TURN_CHECK_WAIT_S = 0.5
+# The most a prompt warm-up may take (partial decodes wait for it): cancelled, llama.cpp stops within a token.
+WARM_UP_TIMEOUT_S = 1.0
 
 
 @dataclass
@@ -109,7 +115,10 @@ class VoiceLoop:
         self.recall = Recall(engine.llm, config, recall)
         track = self.output_track
         self._turns = TurnTaking(config, engine.turn, engine.turn_executor, reply_playing=lambda: track.playing)
-        self._speculator = Speculator(self._reply)  # dropped by close: the one part that calls back into the loop
+        # Dropped by close: the one part that calls back into the loop. Prompts are read ahead only into a KV
+        # cache kept here (an embedded LLM), not as extra requests to a remote API.
+        warm_up = self._warm_up if getattr(engine.llm, "local_prompt_cache", False) else None
+        self._speculator = Speculator(self._reply, warm_up)
         self._transcripts = LiveTranscription(engine.stt, engine.stt_executor, config, self._turns,
                                               self._speculator, self._outbox)
         self._streamer = ReplyStreamer(engine.llm, engine.tts, engine.tts_executor, track, self._outbox,
@@ -156,7 +165,7 @@ class VoiceLoop:
     async def close(self) -> None:
         speculation = self._speculator.current
         tasks = [self._reply_task, self._turn_check, *self._transcripts.tasks(),
-                 speculation.task if speculation else None, *self._finishing]
+                 speculation.task if speculation else None, self._speculator.warming, *self._finishing]
         for task in tasks:
             if task is not None:
                 task.cancel()
@@ -258,12 +267,26 @@ class VoiceLoop:
         self._turn_check = asyncio.create_task(self._check_turn(turn, *due), name="voice:turn-check")
 
     async def _check_turn(self, turn: Turn, speech_frames: int, audio: np.ndarray) -> None:
+        if not self._virtual():
+            await self._make_way_for_reply(turn, speech_frames)
+
         def still_quiet() -> bool:
             return self._turn is turn and self._turns.speech_frames == speech_frames
 
         if await self._turns.finished(audio, turn.metrics, still_quiet=still_quiet,
                                       words_unfinished=lambda: self._transcripts.sounds_unfinished(speech_frames)):
             await self._end_turn(self._turns.end_now(), "model")
+
+    async def _make_way_for_reply(self, turn: Turn, speech_frames: int) -> None:
+        """Let the speculative reply's LLM read its prompt before the turn model runs. On a shared CPU each slows
+        the other (llama.cpp's threads wait for the slowest: Qwen 0.5B's first token came after 252 ms instead of
+        138 with the turn model beside it), and the reply is the slower path anyway: its first audio is ready
+        well after the turn model has confirmed the turn. So the turn model waits for the early decode of this
+        very speech, then for the first token of the speculation that decode started, ``TURN_CHECK_WAIT_S`` at
+        most; a fast LLM makes the wait short."""
+        deadline = time.perf_counter() + TURN_CHECK_WAIT_S
+        await self._transcripts.early_decoded(speech_frames, TURN_CHECK_WAIT_S)
+        await self._speculator.prompt_read(turn, deadline - time.perf_counter())
 
     async def _end_turn(self, ended: TurnEnded, how: EndOfTurn) -> None:
         turn, self._turn = self._turn, None
@@ -321,18 +344,37 @@ class VoiceLoop:
 
     # ------------------------------------------------------------------ replies
 
+    async def _prompt(self, text: str, metrics: TurnMetricsBuilder | None, *, remember: bool = True) -> LlmRequest:
+        pipeline = self._outbox.pipeline
+        video = pipeline is not None and has_video(pipeline.tracks)
+        return await self.recall.request(text, metrics, video=video, remember=remember,
+                                         scene=pipeline.scene.summary() if video and pipeline else None)
+
+    async def _warm_up(self, turn: Turn, text: str) -> None:
+        """Have the LLM read the prompt of the question so far (one token, never heard), so that the reply's
+        request finds most of it in the KV cache (``Speculator.partial``)."""
+        if self._virtual() or (self._reply_task is not None and not self._reply_task.done()):
+            return  # replay stays deterministic; a reply being generated holds the LLM's slot
+        try:
+            async with asyncio.timeout(WARM_UP_TIMEOUT_S):
+                request = await self._prompt(text, None, remember=False)
+                async with contextlib.aclosing(self.engine.llm.generate(replace(request, max_tokens=1))) as chunks:
+                    async for _ in chunks:
+                        pass
+        except (LlmUnavailable, TimeoutError) as error:
+            log.debug("prompt warm-up failed: %r", error)  # the reply itself will say so
+
     async def _reply(self, turn: Turn, text: str, speculation: Speculation | None) -> None:
         """One answer: its prompt (recall), then streamed to the track; a speculative one reports only once its
         turn confirmed it."""
-        pipeline = self._outbox.pipeline
-        video = pipeline is not None and has_video(pipeline.tracks)
-        request = await self.recall.request(text, turn.metrics, video=video,
-                                            scene=pipeline.scene.summary() if video and pipeline else None)
+        request = await self._prompt(text, turn.metrics)
         try:
             reply = await self._streamer.stream(turn, request, self.recall.canned(text), speculation)
             if reply is not None:
                 self.recall.answered(text, reply)
         finally:
+            if speculation is not None:
+                speculation.prompt_read.set()  # it ended or failed before a first token: nobody waits on it
             if speculation is None or speculation.confirmed.is_set():
                 self._reply_finished(turn)
 

@@ -43,11 +43,12 @@ class Recall:
         self.reminders: list[str] = []  # what the user asked to be reminded of, in this session
 
     async def request(self, text: str, metrics: TurnMetricsBuilder | None, *, video: bool,
-                      scene: str | None) -> LlmRequest:
+                      scene: str | None, remember: bool = True) -> LlmRequest:
         """The LLM request answering ``text``: the camera only with a video track (a small model repeats
-        whatever the prompt says), the ``scene`` only when the question is about it, remembered entries."""
+        whatever the prompt says), the ``scene`` only when the question is about it, remembered entries (unless
+        not ``remember``: a prompt read ahead of the question's last words)."""
         recalled = None
-        if self.memory is not None:
+        if self.memory is not None and remember:
             context = await self.memory(text, list(self.history))
             if context is not None:
                 recalled = context.text

@@ -94,6 +94,8 @@ class ReplyStreamer:
                     if first_token:
                         first_token = False
                         turn.metrics.llm_first_token_ms = ms_since(started)
+                        if speculation is not None:
+                            speculation.prompt_read.set()
                     if delta := guard.push(token):
                         await take(delta)
                     if guard.stopped is not None:

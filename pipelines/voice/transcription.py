@@ -3,8 +3,8 @@ consecutive decodes agree on), an early decode the moment the user goes quiet, a
 end of the turn, reusing the early or the last partial decode when no speech followed it. Whisper runs on the
 engine's STT thread; every decode is a task, so VAD and turn taking never wait for it.
 
-A partial stable for ``prefill_stable_ms``, and an early decode, start a speculative reply
-(``pipelines.voice.speculation``)."""
+Partials go ahead to the speculator (a prompt warm-up, or a speculative reply on one stable for
+``prefill_stable_ms``), and an early decode starts a speculative reply (``pipelines.voice.speculation``)."""
 
 from __future__ import annotations
 
@@ -121,6 +121,13 @@ class LiveTranscription:
             turn.metrics.final_decode = "new"
         return text
 
+    async def early_decoded(self, speech_frames: int, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, for the early decode of this very speech (``speech_frames``): when
+        it is done, the speculation it started is under way. At once when there is none."""
+        early = self._early
+        if early is not None and early.speech_frames == speech_frames and timeout > 0:
+            await asyncio.wait({early.task}, timeout=timeout)
+
     async def sounds_unfinished(self, speech_frames: int) -> bool:
         """Whether the words so far cannot end a turn ("Could you tell me?"), which the turn model may hear as
         finished: then the turn stays open up to the silence cap. Uses the decode of this very speech (the early
@@ -169,7 +176,9 @@ class LiveTranscription:
 
     def _maybe_partial(self, turn: Turn) -> None:
         now = time.perf_counter()
-        busy = self._partial_task is not None and not self._partial_task.done()
+        # Not beside a prompt warm-up either: on a shared CPU the two slow each other (both took 2-3x longer).
+        warming = self._speculator.warming
+        busy = any(task is not None and not task.done() for task in (self._partial_task, warming))
         if busy or (now - self._last_partial_at) * 1000.0 < self._partial_interval_ms:
             return
         self._last_partial_at = now
@@ -187,8 +196,12 @@ class LiveTranscription:
         self._last_partial = (speech_frames, text)
         previous, self._last_decode = self._last_decode, text
         agreed = agreed_prefix(previous, text)
+        # Once the user went quiet, the early decode of all of it is what goes ahead (nothing to read ahead).
+        ahead = self._prefill and (self._early is None or self._early.speech_frames != self._turns.speech_frames)
         if agreed and agreed != self._shown_partial:
             self._show_partial(turn, agreed)
-        elif agreed and self._stable_since is not None and self._prefill and self._speculator.current is None:
+            if ahead:
+                self._speculator.partial(turn, agreed, stable=False)
+        elif agreed and self._stable_since is not None and ahead:
             if (time.perf_counter() - self._stable_since) * 1000.0 >= self._prefill_stable_ms:
-                self._speculator.start(turn, agreed)
+                self._speculator.partial(turn, agreed, stable=True)

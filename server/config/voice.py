@@ -29,10 +29,12 @@ class VoiceSettings(Section):
     max_turn_s: float = Field(30.0, gt=0, description="A longer turn is cut and answered (error turn_too_long).")
     partial_interval_ms: int = Field(400, ge=100, description="How often the growing turn is re-decoded.")
     prefill: bool = Field(
-        True, description="Streaming prefill: decode the turn as soon as the user goes quiet (or on a stable "
-        "partial) and start the LLM then, during the end-of-turn silence; redone if the user goes on speaking."
+        True, description="Streaming prefill: while the user speaks, an embedded LLM reads each partial's prompt "
+        "ahead (its KV cache); decode the turn as soon as the user goes quiet (or, with a remote LLM, on a stable "
+        "partial) and start the reply then, during the end-of-turn silence; redone if the user goes on speaking."
     )
-    prefill_stable_ms: int = Field(300, ge=0, description="How long a partial must be stable to prefill on it.")
+    prefill_stable_ms: int = Field(
+        300, ge=0, description="With a remote LLM: how long a partial must be stable to start a reply on it.")
     barge_in: bool = True
     barge_in_min_speech_ms: int = Field(200, ge=32, description="User speech that interrupts a reply.")
     echo_gating: Literal["auto", "on", "off"] = Field(

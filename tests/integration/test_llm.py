@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from models.llm import ChatMessage, LanguageModel, LlmRequest, LlmRequestError, LlmUnavailable
+from models.llm import ChatMessage, LanguageModel, LlmRequest, LlmRequestError, LlmUnavailable, Usage
 from models.llm.embedded import EmbeddedLlm, packaged_llm_path
 from models.llm.openai_chat import OpenAiLlm
 from tests.support.llm_server import LlmServer, wait_idle
@@ -119,6 +119,29 @@ async def test_generate_reports_logprobs_finish_reason_and_usage(
                 assert all(c.logprob is None for c in [c async for c in generation])
     finally:
         await llm.close()
+
+
+async def test_a_prompt_read_ahead_is_reused_from_the_kv_cache(embedded_llm: EmbeddedLlm) -> None:
+    """The voice loop's warm-up: the prompt with the question so far, read for one token, leaves the KV cache
+    holding it; the whole question's request then reads only what follows (usage.cached_tokens says so)."""
+    system = ChatMessage("system", "You are a helpful voice assistant. Answer in one short sentence.")
+
+    async def usage_of(question: str, max_tokens: int) -> Usage:
+        request = LlmRequest([system, ChatMessage("user", question)], max_tokens=max_tokens)
+        async with contextlib.aclosing(embedded_llm.generate(request)) as generation:
+            return next(c.usage for c in [c async for c in generation] if c.usage)
+
+    assert embedded_llm.local_prompt_cache
+    await usage_of("Hello there.", 1)  # the cache holds the system prompt only
+    cold = await usage_of("Which planet in our solar system is the closest to the sun?", 4)
+    partial = [system, ChatMessage("user", "Which planet in our solar system is the closest")]
+    await usage_of("Hello there.", 1)
+    await usage_of(partial[1].content, 1)  # the warm-up
+    warm = await usage_of("Which planet in our solar system is the closest to the sun?", 4)
+    assert warm.prompt_tokens == cold.prompt_tokens
+    # Everything up to the partial's last words came from the cache, the question's words included.
+    assert cold.cached_tokens < warm.cached_tokens
+    assert warm.cached_tokens >= embedded_llm.count_tokens(partial) - 6
 
 
 async def test_http_stream_matches_embedded(embedded_llm: EmbeddedLlm, http_server: LlmServer) -> None:

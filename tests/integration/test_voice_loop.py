@@ -121,7 +121,7 @@ def _to_16k(pcm48: np.ndarray) -> np.ndarray:
     return resample_pcm(pcm48, OUT_RATE, 16000).astype(np.float32) / 32768.0
 
 
-async def test_partial_transcripts_arrive_while_speaking(vigil):
+async def test_partial_transcripts_arrive_while_speaking_and_the_llm_reads_them_ahead(vigil):
     server = await vigil(voice={**VOICE, "partial_interval_ms": 250})
     # Synthesised before the call: Piper on the client's event loop would hold back the microphone's frames,
     # which then arrive in a burst, faster than anyone speaks (and too fast for partials).
@@ -135,6 +135,10 @@ async def test_partial_transcripts_arrive_while_speaking(vigil):
         shared = _words(partial["text"]) & _words(final["text"])
         assert len(shared) >= 0.7 * len(_words(partial["text"])), (partial["text"], final["text"])
         assert final["text"].lower().split()[0] == partial["text"].lower().split()[0]
+        # The embedded LLM read the question so far while it was spoken (its KV cache then holds it).
+        number, read_ahead = _session_loop(server)._speculator.warmed
+        assert number == 1 and read_ahead, "no prompt was read ahead"
+        assert len(_words(read_ahead) & _words(final["text"])) >= 0.7 * len(_words(read_ahead)), read_ahead
 
 
 async def test_barge_in_stops_reply_audio_and_cancels_the_llm(vigil):

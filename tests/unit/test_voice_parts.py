@@ -127,3 +127,74 @@ async def test_speech_after_a_pause_discards_only_the_pause_speculation():
     speculator.start(turn, "what the weather will be like tomorrow")
     speculator.drop()  # a barge-in cancels without counting
     assert speculator.current is None and turn.metrics.speculations_discarded == 2
+
+
+async def test_partials_read_the_prompt_ahead_one_at_a_time_and_never_beside_a_speculation():
+    warmed: list[str] = []
+    release = asyncio.Event()
+
+    async def warm_up_recorded(turn: Turn, text: str) -> None:  # a fake at the warm-up seam: records, waits
+        warmed.append(text)
+        await release.wait()
+
+    async def reply_held_until_confirmed(turn: Turn, text: str, speculation: Speculation) -> None:
+        await speculation.confirmed.wait()
+
+    speculator = Speculator(reply_held_until_confirmed, warm_up_recorded)
+    turn = Turn(1)
+    speculator.partial(turn, "What is the", stable=False)
+    await asyncio.sleep(0)
+    speculator.partial(turn, "What is the capital", stable=False)  # one at a time: skipped
+    release.set()
+    await asyncio.sleep(0)
+    assert speculator.warming is not None and speculator.warming.done()
+    speculator.partial(turn, "What is the capital", stable=True)  # a stable partial is read ahead, not answered
+    await asyncio.sleep(0)
+    speculator.partial(turn, "What is the capital", stable=True)  # already read: nothing new
+    await asyncio.sleep(0)
+    assert warmed == ["What is the", "What is the capital"] and speculator.current is None
+    assert speculator.warmed == (1, "What is the capital")
+    speculator.start(turn, "What is the capital of France?", in_pause=True)
+    speculator.partial(turn, "What is the capital of", stable=False)  # a speculation holds the LLM: none
+    await asyncio.sleep(0)
+    assert warmed == ["What is the", "What is the capital"]
+    speculator.discard()
+    continued_turn = Turn(2, prefix="Could you tell me?")
+    speculator.partial(continued_turn, "what the weather", stable=False)
+    await asyncio.sleep(0)
+    assert warmed[-1] == "Could you tell me what the weather"  # the unheard turn's words come first
+
+
+async def test_without_a_warm_up_a_stable_partial_starts_a_speculation():
+    async def reply_held_until_confirmed(turn: Turn, text: str, speculation: Speculation) -> None:
+        await speculation.confirmed.wait()
+
+    speculator = Speculator(reply_held_until_confirmed)  # a remote LLM: nothing to read ahead into
+    turn = Turn(1)
+    speculator.partial(turn, "What is the capital", stable=False)
+    assert speculator.current is None and speculator.warming is None
+    speculator.partial(turn, "What is the capital", stable=True)
+    assert speculator.current is not None and not speculator.current.in_pause
+    speculator.drop()
+
+
+async def test_the_turn_model_waits_for_the_speculation_to_read_its_prompt_but_not_forever():
+    async def reply_held_until_confirmed(turn: Turn, text: str, speculation: Speculation) -> None:
+        await speculation.confirmed.wait()
+
+    speculator = Speculator(reply_held_until_confirmed)
+    turn = Turn(1)
+    await asyncio.wait_for(speculator.prompt_read(turn, 5.0), 1.0)  # no speculation: at once
+    speculator.start(turn, "What is the capital of France?", in_pause=True)
+    speculation = speculator.current
+    assert speculation is not None
+    started = asyncio.get_running_loop().time()
+    await speculator.prompt_read(turn, 0.1)  # no first token: the wait ends at its limit
+    assert asyncio.get_running_loop().time() - started >= 0.09
+    waiting = asyncio.create_task(speculator.prompt_read(turn, 5.0))
+    await asyncio.sleep(0)
+    speculation.prompt_read.set()  # the first token
+    await asyncio.wait_for(waiting, 1.0)
+    speculator.start(turn, "What is the capital of Spain?", in_pause=True)  # replaces it: a cancelled one ...
+    assert speculation.prompt_read.is_set()  # ... never keeps anyone waiting
+    speculator.drop()
