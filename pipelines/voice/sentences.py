@@ -88,15 +88,18 @@ _CLAUSE = re.compile(r"(?:[,;:]|\s[-–—]|[–—])[\"'”’)\]]*(?=\s)")
 FIRST_CLAUSE_MIN_WORDS = 3  # shorter first chunks leave a gap while the next one is synthesised
 # With no punctuation by then, cut at a word boundary: 6 words, not 10, brought the first reply audio ~30 % sooner
 # on a long first sentence (fewer tokens to wait for, a shorter chunk to synthesise); the cut sounds like a comma.
-# 4, not 6, with Qwen 0.5B (~30 tokens/s on one thread): heard 0.82 x as late (bench/voice.py, one run, 10 turns).
-FIRST_CHUNK_MAX_WORDS = 4
+# 4, not 6, with Qwen 0.5B (~30 tokens/s on one thread): heard 0.82 x as late (bench/voice.py, one run, 10 turns);
+# 3, not 4: 0.85 x and 0.97 x as late in two A/B runs (10 turns each), the cut now followed by a 40 ms pause.
+FIRST_CHUNK_MAX_WORDS = 3
 
 
-def split_first_clause(buffer: str, final: bool = False) -> tuple[list[str], str]:
+def split_first_clause(buffer: str, final: bool = False, *,
+                       cut_words: int | None = FIRST_CHUNK_MAX_WORDS) -> tuple[list[str], str]:
     """The first chunk of a streamed reply to speak: a whole sentence if one ends first, else the first clause
     (up to a comma, semicolon, colon or dash) of at least ``FIRST_CLAUSE_MIN_WORDS`` words, else the first
-    ``FIRST_CHUNK_MAX_WORDS`` words once a further word has begun. Returns (chunks, tail) like
-    :func:`split_sentences`; callers switch to :func:`split_sentences` once a chunk came out."""
+    ``cut_words`` words once a further word has begun (None: no cut between words; the voice loop's second
+    chunk, so that the rest of a long first sentence does not leave a gap while it is generated). Returns
+    (chunks, tail) like :func:`split_sentences`; callers switch to :func:`split_sentences` after that."""
     sentences, tail = split_sentences(buffer, final)
     if sentences or final:
         return sentences, tail
@@ -104,8 +107,16 @@ def split_first_clause(buffer: str, final: bool = False) -> tuple[list[str], str
         clause = buffer[: match.end()].strip()
         if len(clause.split()) >= FIRST_CLAUSE_MIN_WORDS and not _LIST_NUMBER.fullmatch(clause):
             return [clause], buffer[match.end():].lstrip()
-    words = list(re.finditer(r"\S+", buffer))
-    if len(words) > FIRST_CHUNK_MAX_WORDS:  # the word after the cut has begun, so the cut word is whole
-        cut = words[FIRST_CHUNK_MAX_WORDS - 1].end()
+    words = list(re.finditer(r"\S*\w\S*", buffer))  # a lone dash is no word
+    if cut_words is not None and len(words) > cut_words:  # the word after the cut has begun: the cut word is whole
+        cut = words[cut_words - 1].end()
         return [buffer[:cut].strip()], buffer[cut:].lstrip()
     return [], buffer
+
+
+def split_reply(buffer: str, spoken: int) -> tuple[list[str], str]:
+    """The next chunks of a streamed reply to speak, ``spoken`` chunks in: the first may be cut between words,
+    the second at a clause (:func:`split_first_clause`), the rest are whole sentences (:func:`split_sentences`)."""
+    if spoken < 2:
+        return split_first_clause(buffer, cut_words=FIRST_CHUNK_MAX_WORDS if spoken == 0 else None)
+    return split_sentences(buffer)

@@ -21,13 +21,23 @@ from pipelines.voice.audio import ReplyAudioTrack, resample_pcm, trim_silence
 from pipelines.voice.metrics import ms_since
 from pipelines.voice.outbox import Outbox
 from pipelines.voice.replies import ReplyGuard
-from pipelines.voice.sentences import speakable, split_first_clause, split_sentences
+from pipelines.voice.sentences import ends_sentence, speakable, split_reply
 from pipelines.voice.speculation import Speculation
 from pipelines.voice.turns import Turn
 
 log = logging.getLogger(__name__)
 
 CLAUSE_PAUSE_MS = 120  # the pause kept after a clause spoken on its own (Piper ends every chunk with ~200 ms)
+WORD_CUT_PAUSE_MS = 40  # ... and after a chunk cut between two words, where a comma's pause sounds like a stumble
+
+
+def pause_after(chunk: str) -> float | None:
+    """The silence kept after a chunk that may end inside a sentence: a sentence's own (None: Piper's, whole),
+    a clause's, or a short one after a cut between words."""
+    end = chunk.rstrip()[-1:]
+    if ends_sentence(chunk):
+        return None
+    return CLAUSE_PAUSE_MS if end in ",;:-–—" else WORD_CUT_PAUSE_MS
 
 
 class ReplyStreamer:
@@ -80,9 +90,9 @@ class ReplyStreamer:
             held.append(delta)
             if confirmed is None or confirmed.is_set():
                 release_deltas()
-            chunks, buffer = (split_first_clause if spoken == 0 else split_sentences)(buffer + delta)
+            chunks, buffer = split_reply(buffer + delta, spoken)
             for chunk in chunks:
-                pcm = await self.synthesize(chunk, first=spoken == 0, clause=spoken == 0)
+                pcm = await self.synthesize(chunk, first=spoken == 0, clause=spoken < 2)
                 await hold_until_confirmed()  # a speculative reply's first audio waits here, ready
                 await self._play_reply(turn, pcm, first=spoken == 0)
                 spoken += 1
@@ -141,13 +151,13 @@ class ReplyStreamer:
 
     async def synthesize(self, text: str, *, first: bool, clause: bool) -> np.ndarray:
         """48 kHz speech for one chunk of the reply; the first starts at once (its leading silence cut) and a
-        clause ends with a short pause rather than a sentence's long one."""
+        ``clause`` (a chunk that may end inside a sentence) with a short pause, ``pause_after`` it."""
         if self._outbox.virtual:
             return np.zeros(0, np.int16)  # offline replay has nowhere to play audio
         loop = asyncio.get_running_loop()
         tts = self._tts
         pcm = await loop.run_in_executor(self._tts_executor, tts.synthesize, speakable(text))
-        pcm = trim_silence(pcm, tts.sample_rate, lead=first, keep_tail_ms=CLAUSE_PAUSE_MS if clause else None)
+        pcm = trim_silence(pcm, tts.sample_rate, lead=first, keep_tail_ms=pause_after(text) if clause else None)
         return resample_pcm(pcm, tts.sample_rate)
 
     async def _play_reply(self, turn: Turn, pcm48: np.ndarray, *, first: bool) -> None:

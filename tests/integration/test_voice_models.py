@@ -17,7 +17,8 @@ from models.tts import TextToSpeech
 from models.tts.espeak import EspeakTts, parse_streamed_wav
 from models.tts.piper import PiperTts
 from models.vad import FRAME_SAMPLES, SileroVadModel, VadStream
-from pipelines.voice.sentences import split_first_clause, split_sentences
+from pipelines.voice.sentences import split_first_clause, split_reply, split_sentences
+from pipelines.voice.streaming import CLAUSE_PAUSE_MS, WORD_CUT_PAUSE_MS, pause_after
 
 PROMPT = "How many people do you see?"
 
@@ -158,24 +159,34 @@ def test_split_sentences_streaming_matches_whole_text() -> None:
         ("Well - it is", [], "Well - it is"),
         ("The sky is blue. It", ["The sky is blue."], "It"),  # a sentence that ends first is spoken whole
         ("It costs 3,5", [], "It costs 3,5"),  # no space after the comma: not a clause
-        ("one two three four", [], "one two three four"),
-        ("one two three four five", ["one two three four"], "five"),  # the fifth word has begun: cut
+        ("one two three", [], "one two three"),
+        ("one two three four", ["one two three"], "four"),  # the fourth word has begun: cut
     ],
 )
 def test_split_first_clause(buffer: str, chunks: list[str], tail: str) -> None:
     assert split_first_clause(buffer) == (chunks, tail)
+    if chunks and chunks[0][-1].isalnum():  # a cut between words
+        assert split_first_clause(buffer, cut_words=None) == ([], buffer)
 
 
-def test_first_clause_then_sentences_speak_the_whole_reply() -> None:
-    text = "I can see two people, one of them is waving. The other reads a book."
+def test_a_reply_is_spoken_first_clause_then_next_clause_then_sentences() -> None:
+    text = "I can see two people at the door, one of them is waving. The other reads a book, slowly. Bye."
     spoken: list[str] = []
     tail = ""
     for i in range(0, len(text), 4):
-        chunks, tail = (split_first_clause if not spoken else split_sentences)(tail + text[i : i + 4])
+        chunks, tail = split_reply(tail + text[i : i + 4], len(spoken))
         spoken += chunks
     spoken += split_sentences(tail, final=True)[0]
-    # streamed, the fifth word begins before the comma comes: the first chunk is the first four words
-    assert spoken == ["I can see two", "people, one of them is waving.", "The other reads a book."]
+    # streamed, the fourth word begins before the comma comes: the first chunk is the first three words; the
+    # rest of the long first sentence goes in two (no gap while it is generated), then whole sentences
+    assert spoken == ["I can see", "two people at the door,", "one of them is waving.",
+                      "The other reads a book, slowly.", "Bye."]
+
+
+def test_the_pause_after_a_chunk_fits_where_it_ends() -> None:
+    assert pause_after("The capital of") == WORD_CUT_PAUSE_MS
+    assert pause_after("two people at the door,") == CLAUSE_PAUSE_MS
+    assert pause_after("The sky is blue.") is None  # a sentence keeps Piper's own pause
 
 
 # --- STT -----------------------------------------------------------------------------------------------------
