@@ -34,10 +34,9 @@ WORD_CUT_PAUSE_MS = 40  # ... and after a chunk cut between two words, where a c
 def pause_after(chunk: str) -> float | None:
     """The silence kept after a chunk that may end inside a sentence: a sentence's own (None: Piper's, whole),
     a clause's, or a short one after a cut between words."""
-    end = chunk.rstrip()[-1:]
     if ends_sentence(chunk):
         return None
-    return CLAUSE_PAUSE_MS if end in ",;:-–—" else WORD_CUT_PAUSE_MS
+    return CLAUSE_PAUSE_MS if chunk.rstrip()[-1:] in ",;:-–—" else WORD_CUT_PAUSE_MS
 
 
 class ReplyStreamer:

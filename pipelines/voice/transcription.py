@@ -121,20 +121,25 @@ class LiveTranscription:
             turn.metrics.final_decode = "new"
         return text
 
-    async def early_decoded(self, speech_frames: int, timeout: float) -> None:
-        """Wait, at most ``timeout`` seconds, for the early decode of this very speech (``speech_frames``): when
-        it is done, the speculation it started is under way. At once when there is none."""
+    def _early_of(self, speech_frames: int) -> Decode | None:
+        """The early decode of this very speech (``speech_frames`` of the turn), if one was started."""
         early = self._early
-        if early is not None and early.speech_frames == speech_frames and timeout > 0:
+        return early if early is not None and early.speech_frames == speech_frames else None
+
+    async def early_decoded(self, speech_frames: int, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, for the early decode of this very speech: when it is done, the
+        speculation it started is under way. At once when there is none."""
+        early = self._early_of(speech_frames)
+        if early is not None and timeout > 0:
             await asyncio.wait({early.task}, timeout=timeout)
 
     async def sounds_unfinished(self, speech_frames: int) -> bool:
         """Whether the words so far cannot end a turn ("Could you tell me?"), which the turn model may hear as
         finished: then the turn stays open up to the silence cap. Uses the decode of this very speech (the early
         one, waited for briefly, else the last partial); without one the model decides alone."""
-        early = self._early
+        early = self._early_of(speech_frames)
         text: str | None = None
-        if early is not None and early.speech_frames == speech_frames:
+        if early is not None:
             done, _ = await asyncio.wait({early.task}, timeout=UNFINISHED_CHECK_WAIT_S)
             if done and not early.task.cancelled() and early.task.exception() is None:
                 text = early.task.result()
@@ -197,7 +202,7 @@ class LiveTranscription:
         previous, self._last_decode = self._last_decode, text
         agreed = agreed_prefix(previous, text)
         # Once the user went quiet, the early decode of all of it is what goes ahead (nothing to read ahead).
-        ahead = self._prefill and (self._early is None or self._early.speech_frames != self._turns.speech_frames)
+        ahead = self._prefill and self._early_of(self._turns.speech_frames) is None
         if agreed and agreed != self._shown_partial:
             self._show_partial(turn, agreed)
             if ahead:
