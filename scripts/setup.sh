@@ -21,6 +21,9 @@ VENV=.venv
 STAMPS=.cache/setup        # git-ignored; the venv stamp lives inside .venv so deleting .venv resets it
 
 hash_of() { sha256sum | cut -c1-16; }
+# CI builds one clean machine once: a second copy of every wheel in pip's cache buys nothing there, and that disk
+# has run out during the venv step (stop 29). Developers keep the cache for quicker rebuilds.
+if [[ ${CI:-} == true ]]; then export PIP_NO_CACHE_DIR=1; fi
 mkdir -p "$STAMPS"
 
 # 1. apt: install only what is missing, `apt-get update` at most once.
