@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import http.client
 import json
-import os
 import shutil
 import socket
 import tempfile
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from models.cpu import cores, half_the_cores
 from models.llm import LANGUAGE_MODELS, ChatMessage, LanguageModel, LlmRequest, LlmUnavailable, TextStream, TokenChunk
 from models.llm.openai_chat import backend_error, parse_chunk, request_body
 from models.llm.prometheus import parse_prometheus
@@ -68,8 +68,7 @@ def default_threads() -> tuple[int, int]:
     other models (Piper on the first clause, VAD, Smart Turn, Whisper) keep a core: on 2 cores, 2 generation
     threads made the first reply audio ~2x later than 1 (llama.cpp's threads spin and lose to anything that
     shares their core). Prompt processing, which runs before any of that, uses every core."""
-    cores = os.cpu_count() or 1
-    return max(1, cores // 2), cores
+    return half_the_cores(), cores()
 
 
 def llama_server_params(

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
+from models.cpu import half_the_cores
 from models.packaged import ModelNotAvailable, packaged_file
 from models.registry import BackendConfig
 from models.tts import TEXT_TO_SPEECH, TextToSpeech
@@ -90,4 +90,4 @@ class PiperConfig(BackendConfig):
 
 @TEXT_TO_SPEECH.register(PiperConfig)
 def build(config: PiperConfig) -> TextToSpeech:
-    return PiperTts(config.voice, threads=config.threads or max(1, (os.cpu_count() or 1) // 2))
+    return PiperTts(config.voice, threads=config.threads or half_the_cores())

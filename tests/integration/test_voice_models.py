@@ -11,11 +11,12 @@ import av
 import numpy as np
 import pytest
 
+from models.llm.embedded import default_threads
 from models.packaged import ModelNotAvailable
 from models.stt.whisper import DeviceNotAvailable, WhisperStt
-from models.tts import TextToSpeech
+from models.tts import TEXT_TO_SPEECH, TextToSpeech
 from models.tts.espeak import EspeakTts, parse_streamed_wav
-from models.tts.piper import PiperTts
+from models.tts.piper import PiperConfig, PiperTts
 from models.vad import FRAME_SAMPLES, SileroVadModel, VadStream
 from pipelines.voice.sentences import split_first_clause, split_reply, split_sentences
 from pipelines.voice.streaming import CLAUSE_PAUSE_MS, WORD_CUT_PAUSE_MS, pause_after
@@ -79,6 +80,16 @@ def test_piper_empty_text_and_missing_voice(piper: PiperTts, tmp_path: Path) -> 
     assert piper.synthesize("  \n").size == 0
     with pytest.raises(ModelNotAvailable, match="does not exist"):
         PiperTts(voice=str(tmp_path / "nope.onnx"))
+
+
+def test_piper_takes_half_the_cores_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The embedded LLM generates on the other half while Piper synthesises the next chunk (models.cpu).
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    for config, threads in ((PiperConfig(), 4), (PiperConfig(threads=3), 3)):
+        tts = TEXT_TO_SPEECH.build(config)
+        assert isinstance(tts, PiperTts)
+        assert tts._voice.session.get_session_options().intra_op_num_threads == threads
+    assert default_threads() == (4, 8)  # the LLM: generation on half the cores, its prompt on all
 
 
 def test_espeak_speaks() -> None:
