@@ -114,9 +114,14 @@ def split_first_clause(buffer: str, final: bool = False, *,
     return [], buffer
 
 
+def may_end_inside_sentence(spoken: int) -> bool:
+    """Whether the next chunk of a reply, ``spoken`` chunks in, may end inside a sentence (:func:`split_reply`)."""
+    return spoken < 2
+
+
 def split_reply(buffer: str, spoken: int) -> tuple[list[str], str]:
     """The next chunks of a streamed reply to speak, ``spoken`` chunks in: the first may be cut between words,
     the second at a clause (:func:`split_first_clause`), the rest are whole sentences (:func:`split_sentences`)."""
-    if spoken < 2:
+    if may_end_inside_sentence(spoken):
         return split_first_clause(buffer, cut_words=FIRST_CHUNK_MAX_WORDS if spoken == 0 else None)
     return split_sentences(buffer)

@@ -21,7 +21,7 @@ from pipelines.voice.audio import ReplyAudioTrack, resample_pcm, trim_silence
 from pipelines.voice.metrics import ms_since
 from pipelines.voice.outbox import Outbox
 from pipelines.voice.replies import ReplyGuard
-from pipelines.voice.sentences import ends_sentence, speakable, split_reply
+from pipelines.voice.sentences import ends_sentence, may_end_inside_sentence, speakable, split_reply
 from pipelines.voice.speculation import Speculation
 from pipelines.voice.turns import Turn
 
@@ -91,7 +91,7 @@ class ReplyStreamer:
                 release_deltas()
             chunks, buffer = split_reply(buffer + delta, spoken)
             for chunk in chunks:
-                pcm = await self.synthesize(chunk, first=spoken == 0, clause=spoken < 2)
+                pcm = await self.synthesize(chunk, first=spoken == 0, clause=may_end_inside_sentence(spoken))
                 await hold_until_confirmed()  # a speculative reply's first audio waits here, ready
                 await self._play_reply(turn, pcm, first=spoken == 0)
                 spoken += 1
