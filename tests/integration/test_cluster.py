@@ -33,6 +33,8 @@ BOUND_S = LEASE_S + HEARTBEAT_S + RECONNECT_MAX_S + 12.0
 def camera() -> Iterator[RtspCamera]:
     with RtspCamera(fps=10) as cam:
         yield cam
+        # A camera that died mid-test shows up as sources stuck 'reconnecting'; say so, with its own words.
+        assert cam.running, f"the RTSP camera died during the test: {cam.error_output()[-2000:]}"
 
 
 @pytest.fixture

@@ -95,12 +95,13 @@ class RtspCamera:
                 line = proc.stdout.readline()
                 if not line:  # EOF: the camera died before becoming ready
                     proc.wait(timeout=5)
-                    raise RuntimeError(f"RTSP camera exited with {proc.returncode}: {self._err()}")
+                    raise RuntimeError(f"RTSP camera exited with {proc.returncode}: {self.error_output()}")
                 if line.startswith(b"READY "):
                     return
-        raise TimeoutError(f"RTSP camera not ready after {self.ready_timeout}s: {self._err()}")
+        raise TimeoutError(f"RTSP camera not ready after {self.ready_timeout}s: {self.error_output()}")
 
-    def _err(self) -> str:
+    def error_output(self) -> str:
+        """What the camera wrote to stderr so far (GStreamer's warnings; why it died)."""
         if self._stderr is None:
             return ""
         self._stderr.seek(0)

@@ -75,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     factory = GstRtspServer.RTSPMediaFactory()
     factory.set_launch(launch)
-    factory.set_shared(True)  # one pipeline, many clients
+    # A pipeline per client, not one shared: gst-rtsp-server 1.22 aborts on a shared media that two clients set
+    # up at once ("rtsp-media.c: gst_rtsp_media_get_rates: assertion failed"; about 1 in 30 here), which killed
+    # the camera under two cluster nodes connecting together. A 320x240 x264 ultrafast encoder per client is cheap.
+    factory.set_shared(False)
     server.get_mount_points().add_factory(path, factory)
 
     # attach() creates, binds (SO_REUSEADDR) and listens synchronously, so after
