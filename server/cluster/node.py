@@ -474,24 +474,35 @@ class ClusterNode:
         return bool(removed)
 
     async def drain(self) -> dict[str, Any]:
-        """Stop taking sources; hand each local one to the least-loaded other node; wait until they run there."""
+        """Stop taking sources; hand each local one to the least-loaded other node with room; wait until they run
+        there. A source no node has room for is not waited for: it stays placed, and the next node with room
+        takes it (as after a node's death)."""
         self._require()
         others = [node for node in self._nodes.values() if node.id != self.node_id and not node.draining]
         if self.local_specs and not others:
             raise ApiError("no_other_node", "no other live node can take this node's sources over")
         self.draining = True
         handed: list[str] = []
+        no_room: list[str] = []
         async with self._tick_lock:
             await self._publish()  # others stop placing here at once
             loads = {node.id: node.score for node in others}
+            # Every node runs at most max_sources: a full node would never take what is handed to it, and the
+            # drain (a SIGTERM's too) would wait drain_timeout_s for nothing.
+            room = {node.id: self.settings.sessions.max_sources - int(node.load.get("sources", 0)) for node in others}
             for source_id, spec in list(self.local_specs.items()):
-                target = min(loads, key=lambda node_id: (loads[node_id], node_id))
-                loads[target] = (loads[target][0] + 1, loads[target][1])
-                spec = spec | {"node": target, "placed_at": time.time()}
-                await self.redis.hset(self._key("sources"), source_id, json.dumps(spec))
+                open_nodes = [node_id for node_id in loads if room[node_id] > 0]
+                if open_nodes:
+                    target = min(open_nodes, key=lambda node_id: (loads[node_id], node_id))
+                    loads[target] = (loads[target][0] + 1, loads[target][1])
+                    room[target] -= 1
+                    spec = spec | {"node": target, "placed_at": time.time()}
+                    await self.redis.hset(self._key("sources"), source_id, json.dumps(spec))
+                    handed.append(source_id)
+                else:
+                    no_room.append(source_id)
                 await self._stop_local(source_id)
                 await self.redis.eval(_RELEASE, 1, self._key("lease", source_id), self.node_id)
-                handed.append(source_id)
         deadline = time.monotonic() + self.config.drain_timeout_s
         waiting = list(handed)
         while waiting and time.monotonic() < deadline:
@@ -499,7 +510,7 @@ class ClusterNode:
             waiting = [sid for sid, holder in zip(waiting, holders, strict=True) if holder is None]
             if waiting:
                 await asyncio.sleep(0.1)
-        return {"node": self.node_id, "handed_over": handed, "not_taken": waiting}
+        return {"node": self.node_id, "handed_over": handed, "not_taken": no_room + waiting}
 
     async def nodes(self) -> list[dict[str, Any]]:
         try:

@@ -144,7 +144,9 @@ class Nodes(BaseModel):
 class Drained(BaseModel):
     node: str
     handed_over: list[str] = Field(description="The sources handed to other nodes.")
-    not_taken: list[str] = Field(description="Those no other node had taken when the drain timeout ran out.")
+    not_taken: list[str] = Field(description="Those no other node runs yet: no node had room (they stay placed "
+                                 "and the next node with room takes them), or not taken when the drain timeout "
+                                 "ran out.")
 
 
 async def nodes(request: web.Request) -> web.Response:

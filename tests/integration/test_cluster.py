@@ -219,7 +219,8 @@ async def test_redis_down_keeps_sources_refuses_placements_and_rejoins(start_nod
 
 async def test_the_cluster_source_limit_holds_under_parallel_posts(start_nodes, camera: RtspCamera):
     """Two nodes of one source each, ten parallel POSTs through both: exactly two are placed (one per node), the
-    rest are refused with 429 ``too_many_sources``, and the cluster runs exactly those two."""
+    rest are refused with 429 ``too_many_sources``, and the cluster runs exactly those two. A drain with no room
+    elsewhere keeps its source placed for the next free slot."""
     a, b = await start_nodes("a", "b", max_sources=1)
     async with aiohttp.ClientSession() as http:
 
@@ -244,6 +245,22 @@ async def test_the_cluster_source_limit_holds_under_parallel_posts(start_nodes, 
             assert response.status == 204
         status, body = await post(a)
         assert status == 201, body
+        placed = {created[1][0]: created[1][1], body["id"]: body["node"]}
+        for source_id, node_id in placed.items():
+            assert (await owner_of(http, [a, b], source_id, timeout=BOUND_S))[0] == node_id
+        on_a, on_b = (next(sid for sid, node_id in placed.items() if node_id == name) for name in ("a", "b"))
+
+        # Draining a when b is full hands nothing to b (it could not run it) and does not wait for it: the source
+        # is named not taken, stays placed, and runs on b as soon as b has room.
+        async with http.post(f"{a.url}/api/cluster/drain") as response:
+            drained = await response.json()
+            assert response.status == 200, drained
+        assert drained == {"node": "a", "handed_over": [], "not_taken": [on_a]}, drained
+        listing = await get_json(http, f"{b.url}/api/sources")
+        assert sorted(s["id"] for s in listing["sources"]) == sorted(placed), listing
+        async with http.delete(f"{b.url}/api/sources/{on_b}") as response:
+            assert response.status == 204
+        assert (await owner_of(http, [b], on_a, timeout=BOUND_S))[0] == "b"
 
 
 async def test_sessions_are_listed_cluster_wide_and_stay_where_they_were_answered(start_nodes):
