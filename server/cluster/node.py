@@ -477,7 +477,10 @@ class ClusterNode:
         """Stop taking sources; hand each local one to the least-loaded other node with room; wait until they run
         there. A source no node has room for is not waited for: it stays placed, and the next node with room
         takes it (as after a node's death)."""
-        self._require()
+        try:
+            await self.tick()  # a fresh view of the other nodes' loads: the last pass's may not show a node full
+        except ClusterUnavailable:
+            self._require()
         others = [node for node in self._nodes.values() if node.id != self.node_id and not node.draining]
         if self.local_specs and not others:
             raise ApiError("no_other_node", "no other live node can take this node's sources over")
