@@ -70,6 +70,7 @@ return 0"""
 # awaited HSET lets every one of them through). The lease keys are read by name: fine on a single Redis.
 # KEYS[1]: the sources hash. ARGV: capacity, per-node limit, lease key prefix, source id, then pairs of
 # (candidate node id, the spec JSON placed on it). Returns the node chosen, or false when there is no room.
+# A drain hands its sources over through it too (with _NO_TOTAL_LIMIT: a source moved is already counted).
 _PLACE = """local specs = redis.call('hgetall', KEYS[1])
 local capacity, per_node = tonumber(ARGV[1]), tonumber(ARGV[2])
 if #specs / 2 >= capacity then return false end
@@ -86,6 +87,8 @@ for j = 5, #ARGV, 2 do
   end
 end
 return false"""
+
+_NO_TOTAL_LIMIT = 2**53  # beyond any count of specs
 
 
 class ClusterUnavailable(Exception):
@@ -477,10 +480,7 @@ class ClusterNode:
         """Stop taking sources; hand each local one to the least-loaded other node with room; wait until they run
         there. A source no node has room for is not waited for: it stays placed, and the next node with room
         takes it (as after a node's death)."""
-        try:
-            await self.tick()  # a fresh view of the other nodes' loads: the last pass's may not show a node full
-        except ClusterUnavailable:
-            self._require()
+        self._require()
         others = [node for node in self._nodes.values() if node.id != self.node_id and not node.draining]
         if self.local_specs and not others:
             raise ApiError("no_other_node", "no other live node can take this node's sources over")
@@ -490,17 +490,18 @@ class ClusterNode:
         async with self._tick_lock:
             await self._publish()  # others stop placing here at once
             loads = {node.id: node.score for node in others}
-            # Every node runs at most max_sources: a full node would never take what is handed to it, and the
-            # drain (a SIGTERM's too) would wait drain_timeout_s for nothing.
-            room = {node.id: self.settings.sessions.max_sources - int(node.load.get("sources", 0)) for node in others}
             for source_id, spec in list(self.local_specs.items()):
-                open_nodes = [node_id for node_id in loads if room[node_id] > 0]
-                if open_nodes:
-                    target = min(open_nodes, key=lambda node_id: (loads[node_id], node_id))
+                # Placed like a new source, by the script that counts each node's sources in Redis: a full node
+                # would never take what is handed to it, and the drain (a SIGTERM's too) would wait
+                # drain_timeout_s for nothing. The source is already in the cluster's total, so no total limit.
+                ranking = sorted(loads, key=lambda node_id: (loads[node_id], node_id))
+                moved = spec | {"placed_at": time.time()}
+                placements = [arg for node_id in ranking for arg in (node_id, json.dumps(moved | {"node": node_id}))]
+                target = await self.redis.eval(_PLACE, 1, self._key("sources"), _NO_TOTAL_LIMIT,
+                                               self.settings.sessions.max_sources, self._key("lease", ""), source_id,
+                                               *placements)
+                if target:
                     loads[target] = (loads[target][0] + 1, loads[target][1])
-                    room[target] -= 1
-                    spec = spec | {"node": target, "placed_at": time.time()}
-                    await self.redis.hset(self._key("sources"), source_id, json.dumps(spec))
                     handed.append(source_id)
                 else:
                     no_room.append(source_id)
