@@ -19,14 +19,60 @@ SOURCE_SCHEMES = ("rtsp", "rtsps")
 _CREDENTIALS = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)(?P<password>[^\s/]*)@")
 # scheme://token@: userinfo with no ':' is a bearer secret of its own (a camera token), masked whole.
 _TOKEN = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<token>[^\s:/@]+)@")
-# Query and path-parameter keys whose values are secrets, matched case-insensitively on the decoded key (aiohttp
-# decodes `%74oken` to `token`, and so may a camera): password, passwd, pwd, pass, token, auth, key, api_key, sig...
-SECRET_QUERY_KEY = re.compile(r"token|secret|passw|pwd|^pass$|api[-_]?key|^key$|auth|credential|signature|^sig$",
-                              re.IGNORECASE)
-# key=value in a query (`?`, `&`) or a path parameter (`;`), in a URL or in free text quoting one; the value ends
-# where the pair or the URL does (a path parameter's also at the next `/` or `?`).
+# Query and path-parameter keys whose values are secrets, decided on the decoded key (aiohttp decodes `%74oken` to
+# `token`, and so may a camera), by pattern (issue 32: `pw`, `access_key`, `passphrase`, `private_key` were shown):
+# a word of the key (split at `_`, `-`, `.` and camelCase) in _SECRET_WORDS, or the key, its separators dropped,
+# holding one of _SECRET_PARTS. `keyword`, `q`, `limit` are not secrets; `author` is masked (`auth`): better one
+# harmless value hidden than one secret shown.
+_SECRET_WORDS = frozenset({"pw", "pwd", "pass", "key", "sig", "sid", "otp", "pin", "hmac", "jwt", "bearer", "cookie"})
+_SECRET_PARTS = ("token", "secret", "passw", "passphrase", "passcode", "auth", "credential", "signature", "session",
+                 "sessid", "apikey", "accesskey", "privatekey", "secretkey", "signingkey", "clientkey")
+_KEY_WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+# key=value in a query (`?`, `&`) or a path parameter (`;`), in free text quoting a URL (FFmpeg's messages); the
+# value ends where the pair or the URL does (a path parameter's also at the next `/` or `?`).
 _QUERY_PAIR = re.compile(r"(?:(?P<param>;)|[?&])(?P<key>[^=&;?#\s\"']+)="
                          r"(?P<value>(?(param)[^&;#?/\s\"']*|[^&;#\s\"']*))")
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a query or path parameter named ``key`` (as written: percent-encoded or not) holds a secret:
+    ``token``, ``api_key``, ``apiKey``, ``X-Amz-Signature``, ``pw``, ``passphrase``, ``PHPSESSID``..."""
+    decoded = unquote_plus(key)
+    words = [word.lower() for word in _KEY_WORDS.findall(decoded)]
+    joined = "".join(words)
+    return any(word in _SECRET_WORDS for word in words) or any(part in joined for part in _SECRET_PARTS)
+
+
+def redact_query(query: str) -> str:
+    """A raw query string (or a fragment of ``key=value`` pairs) with the value of each secret-looking parameter
+    masked. The string is split into its parameters as a server parses it (at ``&`` and ``;``), each key is decoded
+    and judged (``is_secret_key``), and everything else is kept byte for byte, so the line still says what was
+    asked."""
+    parts = re.split(r"([&;])", query)
+    for index in range(0, len(parts), 2):
+        key, eq, _ = parts[index].partition("=")
+        if eq and is_secret_key(key):
+            parts[index] = f"{key}={MASK}"
+    return "".join(parts)
+
+
+def _redact_path(path: str) -> str:
+    """A URL path with the values of secret-looking path parameters masked (``/stream;auth=x/1``)."""
+    segments = path.split("/")
+    for index, segment in enumerate(segments):
+        head, semicolon, params = segment.partition(";")
+        if semicolon:
+            segments[index] = head + semicolon + redact_query(params)
+    return "/".join(segments)
+
+
+def redact_target(target: str) -> str:
+    """An HTTP request target (``/path;p=v?query#fragment``, as on the request line) with every secret-looking
+    parameter's value masked: parsed into path, query and fragment, then parameter by parameter."""
+    rest, hash_, fragment = target.partition("#")
+    path, question, query = rest.partition("?")
+    return (_redact_path(path) + question + redact_query(query)
+            + hash_ + (redact_query(fragment) if "=" in fragment else fragment))  # `#access_token=` (OAuth)
 
 
 class InvalidSourceUrl(ValueError):
@@ -34,12 +80,13 @@ class InvalidSourceUrl(ValueError):
 
 
 def _secret_pairs(text: str) -> list[re.Match[str]]:
-    return [m for m in _QUERY_PAIR.finditer(text) if SECRET_QUERY_KEY.search(unquote_plus(m["key"]))]
+    return [m for m in _QUERY_PAIR.finditer(text) if is_secret_key(m["key"])]
 
 
 def _mask_secret_pairs(text: str) -> str:
+    """Free text quoting URLs: found by their shape (``_QUERY_PAIR``), since there is nothing to parse."""
     def mask(match: re.Match[str]) -> str:
-        if SECRET_QUERY_KEY.search(unquote_plus(match["key"])):
+        if is_secret_key(match["key"]):
             return match[0][:match.start("value") - match.start()] + MASK
         return match[0]
 
@@ -49,13 +96,18 @@ def _mask_secret_pairs(text: str) -> str:
 def redact_url(url: str) -> str:
     """The URL with its password replaced by ``***`` (user and host stay, so it can still be recognised), and the
     value of every secret-looking query or path parameter too (``?password=***``, ``;auth=***``); a userinfo
-    with no password (``rtsp://token@host``) is taken for a token and masked whole."""
+    with no password (``rtsp://token@host``) is taken for a token and masked whole. The URL is parsed, not
+    searched: a URL without a scheme and host (a bare path) is taken for a request target."""
     parts = urlsplit(url)
+    if not parts.netloc:
+        return redact_target(url)
+    start = url.index("//") + 2  # the netloc follows the first '//' (urlsplit's own rule)
+    head, rest = url[:start], url[start + len(parts.netloc):]
     userinfo, at, hostport = parts.netloc.rpartition("@")
+    netloc = parts.netloc
     if at and userinfo:
-        shown = f"{MASK}@{hostport}" if ":" not in userinfo else f"{userinfo.split(':', 1)[0]}:{MASK}@{hostport}"
-        url = urlunsplit(parts._replace(netloc=shown))
-    return _mask_secret_pairs(url)
+        netloc = f"{MASK}@{hostport}" if ":" not in userinfo else f"{userinfo.split(':', 1)[0]}:{MASK}@{hostport}"
+    return head + netloc + redact_target(rest)
 
 
 def url_secrets(url: str) -> tuple[str, ...]:

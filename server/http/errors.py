@@ -14,7 +14,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from aiohttp import web
+from aiohttp import http_exceptions, web
 from pydantic import BaseModel, Field, ValidationError
 
 from pipelines.errors import ApiError, invalid_body, parse_json
@@ -132,11 +132,29 @@ def error_response(error: ApiError, path: str, status: int | None = None) -> web
     return web.json_response(body, status=status, headers=headers)
 
 
-def parser_error_reason(message: str | None) -> str:
-    """The first clause of an aiohttp parser message (``HttpProcessingError.message``), without the raw bytes it
-    quotes after it: they may hold a header's secret, and they are the client's own input anyway."""
-    first_line = (message or "").strip().split("\n", 1)[0]
-    return re.split(r":\s*b['\"]|:$", first_line, maxsplit=1)[0].strip(" .:")[:200]
+# aiohttp's parser errors whose messages quote the raw request whatever their shape (``b'...'``, ``bytearray(b'...')``
+# past 8 KiB, ``'...'`` from the pure-Python parser, or the bare line): their reason is the class's, never the text.
+_PARSER_REASONS: tuple[tuple[type[BaseException], str], ...] = (
+    (http_exceptions.LineTooLong, "request line or header too long"),
+    (http_exceptions.BadHttpMethod, "invalid method"),
+    (http_exceptions.BadStatusLine, "invalid request line"),
+    (http_exceptions.InvalidURLError, "invalid request target"),
+)
+# aiohttp's own wording before the quoted bytes: words only ("Invalid header value char", "Invalid HTTP header")
+_PLAIN_CLAUSE = re.compile(r"[A-Za-z][A-Za-z -]{2,80}")
+
+
+def parser_error_reason(message: str | None, error: BaseException | None = None) -> str:
+    """Why aiohttp's parser refused a request (``error``, an ``HttpProcessingError``, and its ``message``), without
+    the raw bytes the message quotes: they may hold a token (in the query or a header), and they are the client's
+    own input anyway. The reason is chosen by the error's class; for other errors it is the message's first clause
+    when that is plain words, else "unreadable request" (issue 32: a request line over 8 KiB was quoted as
+    ``bytearray(b'...')`` and reached the answer and the log)."""
+    for kind, reason in _PARSER_REASONS:
+        if isinstance(error, kind):
+            return reason
+    clause = (message or "").strip().split("\n", 1)[0].split(":", 1)[0].strip(" .")
+    return clause if _PLAIN_CLAUSE.fullmatch(clause) else "unreadable request"
 
 
 def client_left(request: web.Request, error: BaseException) -> bool:

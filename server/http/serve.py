@@ -27,24 +27,39 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from pipelines.errors import ApiError
-from pipelines.sources.urls import redact_text
+from pipelines.sources.urls import redact_target, redact_text, redact_url
 from server.http.errors import CODE_FOR_STATUS, error_response, parser_error_reason
 
 
 def redact_query_secrets(text: str) -> str:
-    """``text`` (a request line, a URL) with every secret-bearing query value, and any URL password, masked: the
-    source URLs' one redaction (``pipelines.sources.urls.SECRET_QUERY_KEY`` names the keys)."""
+    """``text`` (a request line, a URL, a header) with every secret-bearing parameter value, and any URL password,
+    masked (``pipelines.sources.urls.is_secret_key`` judges the keys). A request line and a URL are parsed into
+    their parameters; anything else is free text and redacted as such."""
+    method, space, rest = text.partition(" ")
+    target, space2, version = rest.rpartition(" ")
+    if space and space2 and version.startswith("HTTP/") and target.startswith("/"):
+        return f"{method} {redact_target(target)} {version}"
+    if "://" in text and not any(c.isspace() for c in text):
+        return redact_url(text)
     return redact_text(text)
 
 
 class RedactingAccessLogger(AccessLogger):
     """aiohttp's access logger; every logged field (the request line, headers such as the Referer) is redacted,
-    in the message and in the record's structured ``extra`` alike."""
+    in the message and in the record's structured ``extra`` alike. The request line is made again from the
+    request's own target, parameter by parameter (``redact_target``), not from the text aiohttp formatted."""
 
     def _format_line(self, request: BaseRequest, response: web.StreamResponse,
                      time: float) -> Iterable[tuple[str | tuple[str, str], Any]]:
-        return [(key, redact_query_secrets(value) if isinstance(value, str) else value)
-                for key, value in super()._format_line(request, response, time)]
+        fields = []
+        for key, value in super()._format_line(request, response, time):
+            if key == "first_request_line" and request is not None:
+                version = request.version
+                value = f"{request.method} {redact_target(request.raw_path)} HTTP/{version.major}.{version.minor}"
+            elif isinstance(value, str):
+                value = redact_query_secrets(value)
+            fields.append((key, value))
+        return fields
 
 
 class JsonErrorRequestHandler(RequestHandler):
@@ -58,7 +73,7 @@ class JsonErrorRequestHandler(RequestHandler):
             error = ApiError("internal", "internal server error; see the server log")
         else:
             # A broken or hostile client, not a server fault: one line, no traceback, no raw bytes.
-            reason = parser_error_reason(message) or "unreadable request"
+            reason = parser_error_reason(message, exc)
             self.logger.info("malformed HTTP request from %s: %s (%s)", request.remote, reason,
                              type(exc).__name__ if exc else "-")
             error = ApiError(CODE_FOR_STATUS.get(status, "bad_request"), f"malformed HTTP request: {reason}")

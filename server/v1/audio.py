@@ -93,7 +93,7 @@ async def _read_upload(request: web.Request, destination: Path | BinaryIO, limit
                     raise ApiError("invalid_request", f"the form fields add up to more than {MAX_FIELD_BYTES} bytes")
     except HttpProcessingError as error:  # a bad part header (InvalidHeader): its reason, not the raw bytes
         raise ApiError("invalid_request", "malformed multipart/form-data body: "
-                       + (parser_error_reason(error.message) or "unreadable part")) from None
+                       + parser_error_reason(error.message, error)) from None
     except (ValueError, AssertionError, web.HTTPException) as error:
         # aiohttp reports other malformed multipart bodies with these
         raise ApiError("invalid_request", f"malformed multipart/form-data body: {error}") from None
