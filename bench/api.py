@@ -28,9 +28,11 @@ import itertools
 import json
 import math
 import statistics
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -41,6 +43,7 @@ from server.app import create_app
 from server.config import load_settings
 from server.http.serve import start_serving
 from server.state import CHAT_SERVICE
+from tests.support.vigil_process import with_data_dirs
 
 MODEL = "smollm2-135m-instruct"
 KEY = "bench-key"
@@ -48,6 +51,8 @@ SUBJECTS = ["cats", "rivers", "the moon", "bicycles", "volcanoes", "tea", "chess
             "trains", "coral reefs", "violins", "deserts", "bees", "lighthouses", "maps", "comets", "bread", "wolves"]
 TEMPLATES = ["Tell me one fact about {}.", "Why do people like {}?", "Describe {} in a sentence.",
              "What is special about {}?"]
+
+_DATA_DIRS: list[tempfile.TemporaryDirectory[str]] = []  # each leg's server data (timeline, memory, jobs)
 
 
 @dataclass
@@ -175,14 +180,16 @@ async def start_leg(backend: str, args: argparse.Namespace, vllm_url: str | None
     # The embedded leg serves the weights vLLM was given (SmolLM2 by default; the default embedded LLM is another).
     llm_config: dict[str, Any] = ({"backend": "openai", "base_url": vllm_url} if backend == "vllm"
                                   else {"backend": "embedded", "weights": args.embedded_weights})
-    settings = load_settings(None, {
+    data = tempfile.TemporaryDirectory(prefix=f"vigil-bench-api-{backend}-")  # never the checkout's data/
+    _DATA_DIRS.append(data)  # removed when the bench exits
+    settings = load_settings(None, with_data_dirs({
         "models": {"detector": {"backend": "none"}, "llm": llm_config},
         "voice": {"enabled": False},
         "grpc": {"port": 0},  # one app per backend: any free port each
         "api": {"keys": [{"name": "bench", "key": KEY}], "rate_limit": None, "preload": True,
                 "cache": {"semantic": not args.no_semantic_cache},
                 "content_filter": {"enabled": not args.no_filter}},
-    })
+    }, Path(data.name)))
     runner = await start_serving(create_app(settings), "127.0.0.1", 0, shutdown_timeout=5.0)
     url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
     pipeline = await runner.app[CHAT_SERVICE].pipeline()

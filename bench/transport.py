@@ -34,10 +34,12 @@ import itertools
 import json
 import logging
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import av
@@ -54,6 +56,7 @@ from server.config import load_settings
 from server.http.serve import start_serving
 from server.media.ice import restrict_host_addresses
 from server.media.sessions import Analyzers
+from tests.support.vigil_process import with_data_dirs
 
 BITS = 16
 CLOCK_RATE = 90_000  # the RTP video clock, so pts survive the trip unrounded
@@ -260,10 +263,11 @@ class VigilServer:
 
     def __init__(self, opts: Options) -> None:
         self.current: Leg | None = None  # the leg whose undecodable frames the analyser counts
-        settings = load_settings(None, {
+        self.data = tempfile.TemporaryDirectory(prefix="vigil-bench-transport-")  # never the checkout's data/
+        settings = load_settings(None, with_data_dirs({
             "webrtc": {"host_addresses": ["127.0.0.1"]},
             "video": {"target_fps": min(120.0, opts.fps * 2)},  # above the send rate: nothing sampled away
-        })
+        }, Path(self.data.name)))
         self.app = create_app(settings, Analyzers(video=lambda: FrameCodeAnalyzer(self._undecodable)))
         self.runner: web.AppRunner | None = None
         self.url = ""

@@ -105,9 +105,11 @@ async def vigil(clip_dir: Path, tmp_path: Path, model_pool: ModelPool) -> AsyncI
                          "max_starting_sessions": None},
             "models": {"detector": {"backend": "none"}},  # tests that need a detector ask for one
             "voice": {"enabled": False},  # ... and the voice loop
-            "memory": {"enabled": False},  # ... and memory (tests that use it give it a data_dir)
+            "memory": {"enabled": False, "data_dir": str(tmp_path / "memory")},  # ... and memory
             "grpc": {"port": 0},  # any free port: tests may run several servers at once
-            "storage": {"data_dir": str(tmp_path / "timeline")},  # each test its own timeline
+            # each test its own data: never the checkout's data/ (tests/conftest.py checks)
+            "storage": {"data_dir": str(tmp_path / "timeline")},
+            "transcription": {"data_dir": str(tmp_path / "transcription")},
         }
         for section, values in overrides.items():
             if section == "models":

@@ -72,7 +72,9 @@ def test_config_show_masks_secrets(tmp_path: Path):
 
 def test_serve_starts_with_file_env_and_flags(tmp_path: Path):
     config = tmp_path / "vigil.toml"
-    config.write_text('[server]\nport = 1\n[auth]\ntoken = "t0k"\n')
+    config.write_text('[server]\nport = 1\n[auth]\ntoken = "t0k"\n'
+                      + "".join(f'[{section}]\ndata_dir = "{tmp_path / section}"\n'  # never the checkout's data/
+                                for section in ("storage", "memory", "transcription")))
     server = VigilProcess(tmp_path, config_file=config, token="t0k")  # the token from the file
     try:
         server.start(timeout=60)  # /healthz answered with the file's token, on the --port flag's port

@@ -47,9 +47,13 @@ async def test_probes_need_no_token_and_reveal_nothing_without_it(vigil):
     assert detailed["models"]["chat"] == "loaded"
 
 
-async def test_readyz_is_503_until_start_up_is_over(clip_dir):
+async def test_readyz_is_503_until_start_up_is_over(clip_dir, tmp_path):
     settings = load_settings(None, {"models": {"detector": {"backend": "none"}}, "voice": {"enabled": False},
-                                    "grpc": {"enabled": False}, "sources": {"media_root": str(clip_dir)}})
+                                    "grpc": {"enabled": False}, "sources": {"media_root": str(clip_dir)},
+                                    # the defaults but in tmp_path: never the checkout's data/
+                                    "storage": {"data_dir": str(tmp_path / "timeline")},
+                                    "memory": {"data_dir": str(tmp_path / "memory")},
+                                    "transcription": {"data_dir": str(tmp_path / "transcription")}})
     app = create_app(settings)
     response = await readyz(make_mocked_request("GET", "/readyz", app=app))
     assert response.status == 503 and json.loads(response.text)["status"] == "starting"

@@ -199,7 +199,9 @@ def test_weights_that_are_not_on_disk_fail_at_start_up_with_how_to_supply_them(t
                                          "models": {"detector": {"device": "cuda:0"}}})).analyzers
     result = subprocess.run(
         [sys.executable, "-m", "server.cli", "serve", "--port", "0"],
-        env={**os.environ, "VIGIL_MODELS__DETECTOR__WEIGHTS": str(tmp_path / "missing.pt")},
+        env={**os.environ, "VIGIL_MODELS__DETECTOR__WEIGHTS": str(tmp_path / "missing.pt"),
+             **{f"VIGIL_{section.upper()}__DATA_DIR": str(tmp_path / section)  # never the checkout's data/
+                for section in ("storage", "memory", "transcription")}},
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 2 and "models.detector.weights" in result.stderr

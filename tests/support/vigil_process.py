@@ -21,12 +21,30 @@ from tests.support.processes import stop_process
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+# The config sections that keep a user's data, by default under the checkout's data/ (relative to the cwd, which is
+# the served checkout): the timeline (and faces), memory, transcription jobs.
+DATA_SECTIONS = ("storage", "memory", "transcription")
+
+
+def with_data_dirs(config: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``config`` with ``data_dir`` set to a folder of ``folder`` in each of ``DATA_SECTIONS`` that does not set
+    its own (issue 32: tests and benches wrote the user's timeline)."""
+    config = dict(config)
+    for section in DATA_SECTIONS:
+        values = dict(config.get(section) or {})
+        values.setdefault("data_dir", str(folder / section))
+        config[section] = values
+    return config
+
+
 class VigilProcess:
     """``python -m server.cli serve`` from ``root`` (cwd and PYTHONPATH: benches serve another checkout beside
     this one), on a free port of 127.0.0.1, its output in ``log_path``.
 
     The server's settings: ``config`` (written to a file; memory is off unless ``memory_off=False`` or the config
-    turns it on, since it loads torch on first use), or ``config_file`` as given (a test of the config file itself),
+    turns it on, since it loads torch on first use; every data directory the config does not name is a folder of
+    ``workdir``, never the served checkout's ``data/``: ``with_data_dirs``), or ``config_file`` as given (a test of
+    the config file itself, which names its own data directories),
     then ``env`` and ``args`` (extra command-line flags). ``token``: the bearer token clients send; with ``config``
     it is also the server's (``VIGIL_AUTH__TOKEN``), with ``config_file`` the file must set it."""
 
@@ -45,6 +63,7 @@ class VigilProcess:
                     "YOLO_AUTOINSTALL": "False"}
         if config_file is None:
             config = {"memory": {"enabled": False}, **(config or {})} if memory_off else dict(config or {})
+            config = with_data_dirs(config, workdir / f"vigil-{self.port}-data")
             config_file = workdir / f"vigil-{self.port}.yaml"
             config_file.write_text(json.dumps(config))  # JSON is valid YAML; the server reads it like any config
             if token:
