@@ -54,7 +54,7 @@ def face_settings(faces: FacesSettings) -> FaceSettings:
     """``video.faces`` -> face recognition (``pipelines.video.faces``)."""
     return FaceSettings(enabled=faces.enabled, threshold=faces.threshold, interval_s=faces.interval_s,
                         max_per_frame=faces.max_per_frame, max_wait_s=faces.max_wait_s, min_face_px=faces.min_face_px,
-                        labels=tuple(faces.labels))
+                        labels=tuple(faces.labels), max_image_pixels=faces.max_image_pixels)
 
 
 def plate_settings(plates: PlatesSettings) -> PlateSettings:

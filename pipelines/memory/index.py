@@ -15,6 +15,7 @@ refused at once (``server_busy``, with Retry-After) instead of queueing for seco
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -108,6 +109,8 @@ class MemoryIndex:
         self._vectors: VectorIndex | None = None
         self._worker: asyncio.Task[None] | None = None
         self._forgotten: OrderedDict[str, None] = OrderedDict()  # event ids (any thread; under _forget_lock)
+        # New versions of entries (rewrite_events): a copy still queued with the old text is swapped for it.
+        self._rewritten: OrderedDict[str, MemoryEntry] = OrderedDict()  # by event id; under _forget_lock
         self._forget_lock = threading.Lock()
         # While catching up, live entries newer than the catch-up's position must not move the timeline mark
         # past entries it has not indexed yet: only the catch-up moves it.
@@ -280,22 +283,32 @@ class MemoryIndex:
                     self._queue.task_done()
                 QUEUED.set(self._queue.qsize())
 
+    def _current(self, entries: list[MemoryEntry]) -> list[MemoryEntry]:
+        """Entries as they are to be stored now (under ``_forget_lock``): forgotten ones dropped, rewritten ones
+        in their new version."""
+        return [dataclasses.replace(self._rewritten[e.event_id]) if e.event_id in self._rewritten else e
+                for e in entries if e.event_id is None or e.event_id not in self._forgotten]
+
     def _write(self, entries: list[MemoryEntry]) -> list[int]:
         with self._forget_lock:
-            entries = [e for e in entries if e.event_id is None or e.event_id not in self._forgotten]
+            entries = self._current(entries)
         if not entries:
             return []
         store, embedder, vectors = self._open()
-        # Idempotent: a timeline entry reaches memory once, whether by the live feed or by catching up after a crash.
-        stored = store.stored_events([e.event_id for e in entries if e.event_id is not None])
-        if stored:
-            if not self._catching_up:
-                store.advance_timeline_seq(max((e.timeline_seq or 0 for e in entries), default=0))
-            entries = [e for e in entries if e.event_id not in stored]
+        # Checked again and stored under the lock: an entry forgotten or rewritten meanwhile (forget_events,
+        # rewrite_events, on other threads) is never stored as it was.
+        with self._forget_lock:
+            entries = self._current(entries)
+            # Idempotent: a timeline entry reaches memory once, by the live feed or by catching up after a crash.
+            stored = store.stored_events([e.event_id for e in entries if e.event_id is not None])
+            if stored:
+                if not self._catching_up:
+                    store.advance_timeline_seq(max((e.timeline_seq or 0 for e in entries), default=0))
+                entries = [e for e in entries if e.event_id not in stored]
             if not entries:
                 return []
-        # The record first: a failure below is repaired on the next open.
-        ids = store.add(entries, advance=not self._catching_up)
+            # The record first: a failure below is repaired on the next open.
+            ids = store.add(entries, advance=not self._catching_up)
         try:
             vectors.add(entries, embedder.embed([e.text for e in entries]))
         except Exception:
@@ -421,6 +434,39 @@ class MemoryIndex:
             except RuntimeError:  # shut down: the vectors of rows no longer stored are never returned anyway
                 pass
         return len(ids)
+
+    def rewrite_events(self, entries: Sequence[MemoryEntry]) -> int:
+        """Replace what memory holds for these timeline entries with these versions (their text changed: a
+        deleted person's name taken out). Blocking; any thread. The old rows and their keyword index go at once,
+        so no search returns the old text (a vector search's old ids no longer name a row); the new ones are
+        found by keyword at once and by vector once embedded, on the writer thread, which also deletes the old
+        vectors and purges the old words from the keyword index. A copy still queued with the old text is
+        swapped for the new version. Returns how many entries were replaced."""
+        by_event = {e.event_id: e for e in entries if e.event_id is not None}
+        if not by_event:
+            return 0
+        with self._forget_lock:
+            for event_id, entry in by_event.items():
+                self._rewritten[event_id] = entry
+                self._rewritten.move_to_end(event_id)
+            while len(self._rewritten) > FORGOTTEN_MAX:
+                self._rewritten.popitem(last=False)
+            replaced = self._open_store().replace_events([dataclasses.replace(e) for e in by_event.values()])
+        if replaced:
+            try:
+                self._writer.submit(self._reembed, replaced)
+            except RuntimeError:  # shut down: the next open embeds the new rows (indexed 0)
+                pass
+        return len(replaced)
+
+    def _reembed(self, replaced: list[int]) -> None:
+        try:
+            store, embedder, vectors = self._open()
+            vectors.delete(replaced)
+            self._reindex(store, embedder, vectors)
+            store.purge_deleted_text()
+        except Exception:
+            log.exception("memory: re-embedding %d rewritten entries failed", len(replaced))
 
     def _delete_vectors(self, ids: list[int]) -> None:
         try:

@@ -121,22 +121,53 @@ class EntryStore:
         """Store entries (and their keyword index) in one transaction; sets and returns their ids. ``advance``:
         move the timeline mark to the newest of them (the live feed, which comes in commit order)."""
         db = self._db()
-        ids = []
         with db:
-            for e in entries:
-                cursor = db.execute(
-                    "INSERT INTO entries (kind, text, source, session, media_time, wall_time, event_id, clip_id, "
-                    "labels, track_ids, document_id, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (e.kind, e.text, e.source, e.session, e.media_time, e.wall_time, e.event_id, e.clip_id,
-                     json.dumps(e.labels), json.dumps(e.track_ids), e.document_id, json.dumps(e.meta)),
-                )
-                e.id = int(cursor.lastrowid or 0)
-                db.execute("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", (e.id, e.text))
-                ids.append(e.id)
+            ids = [self._insert(db, e) for e in entries]
             # In the same transaction: every timeline entry up to the mark is stored (the feed is in commit order).
             if advance:
                 self._advance_timeline_seq(db, max((e.timeline_seq or 0 for e in entries), default=0))
         return ids
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, e: MemoryEntry) -> int:
+        cursor = db.execute(
+            "INSERT INTO entries (kind, text, source, session, media_time, wall_time, event_id, clip_id, "
+            "labels, track_ids, document_id, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (e.kind, e.text, e.source, e.session, e.media_time, e.wall_time, e.event_id, e.clip_id,
+             json.dumps(e.labels), json.dumps(e.track_ids), e.document_id, json.dumps(e.meta)),
+        )
+        e.id = int(cursor.lastrowid or 0)
+        db.execute("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", (e.id, e.text))
+        return e.id
+
+    def replace_events(self, entries: Sequence[MemoryEntry]) -> list[int]:
+        """Put these versions (new texts) in place of the entries held for the same timeline entries (event
+        ids): the old rows and their keyword index go, the new rows get new ids and wait for their vectors
+        (``indexed`` 0). Entries memory does not hold are left out. Deleted bytes are zeroed (``secure_delete``);
+        ``purge_deleted_text`` then drops the old words from the keyword index's segments too. Returns the ids
+        replaced (their vectors are to be deleted)."""
+        db = self._db()
+        db.execute("PRAGMA secure_delete = ON")
+        replaced: list[int] = []
+        with db:
+            for entry in entries:
+                old = [r[0] for r in db.execute("SELECT id FROM entries WHERE event_id = ?", (entry.event_id,))]
+                if not old:
+                    continue
+                db.executemany("DELETE FROM entries_fts WHERE rowid = ?", [(i,) for i in old])
+                db.executemany("DELETE FROM entries WHERE id = ?", [(i,) for i in old])
+                self._insert(db, entry)
+                replaced += old
+        return replaced
+
+    def purge_deleted_text(self) -> None:
+        """Rewrite the keyword index in one segment (FTS5 'optimize'): a deleted row's words otherwise stay in
+        older segments, marked deleted, until a merge; then truncate the WAL (when no reader holds it)."""
+        db = self._db()
+        db.execute("PRAGMA secure_delete = ON")
+        with db:
+            db.execute("INSERT INTO entries_fts (entries_fts) VALUES ('optimize')")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _advance_timeline_seq(self, db: sqlite3.Connection, seq: int) -> None:
         if seq > 0:

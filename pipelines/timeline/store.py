@@ -16,6 +16,9 @@ After a crash (SIGKILL, power cut) ``open`` settles every clip left ``pending``:
 finish it. A clip file that was fully written (its rename to ``.mp4``, or its entry's update, never happened) is
 kept when it decodes, and its entries become ``ready``; any other pending clip becomes ``failed`` with the reason
 in ``clip_error`` (a clip is muxed in one go once its ``post_s`` has passed, so a crash usually leaves nothing).
+
+``forget_identity`` takes a deleted person's name out of every entry (``pipelines.timeline.forget``), and out of
+entries still queued or being made when it runs; their clips and snapshots stay (docs/faces.md says why).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prometheus_client import Counter
+
+from pipelines.timeline.forget import anonymise
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +136,17 @@ class _MediaUpdate:
     updated: list[str] = field(default_factory=list)  # the ids still stored when it was applied
 
 
+@dataclass(slots=True)
+class Forgotten:
+    """What ``forget_identity`` changed."""
+
+    entries: list[TimelineEntry] = field(default_factory=list)  # the entries changed, as now stored
+    identities: int = 0  # entries whose data lost the person's identity (events, and alerts that carry one)
+    texts: int = 0  # entries whose text named them (alerts, replies, transcripts): the name is now "someone"
+    clips: int = 0  # clip files of those entries, kept
+    snapshots: int = 0  # snapshot files of those entries, kept
+
+
 FailureCallback = Callable[[str], None]
 # Called on the writer thread with the entries of each batch once it is committed (e.g. the memory's feed): it
 # must not block and must hop to its own loop for anything that is not thread-safe.
@@ -204,6 +220,9 @@ class TimelineStore:
         self._pending = 0
         self._listeners: list[CommitListener] = []
         self._delete_listeners: list[DeleteListener] = []
+        # Names of people deleted (forget_identity) and not enrolled again since: taken out of entries as they are
+        # written (an event of the frame analysed while the person was deleted, still queued here).
+        self._forgotten_names: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -382,6 +401,8 @@ class TimelineStore:
 
     def _insert(self, e: TimelineEntry) -> None:
         assert self._conn is not None
+        for name in tuple(self._forgotten_names) if self._forgotten_names else ():
+            anonymise(e, name)
         e.seq = self._conn.execute(
             "INSERT INTO entries (id, kind, name, source, origin, source_name, wall_ts, pts, text, data, clip,"
             " clip_state, clip_start_pts, clip_duration_s, snapshot) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -518,6 +539,46 @@ class TimelineStore:
                 self._unlink_unused(conn, relative)
         self._deleted([entry_id])
         return True
+
+    def forget_identity(self, name: str, *, enrolled: bool) -> Forgotten:
+        """Take a deleted person's name out of every entry (blocking): ``identity`` naming them goes from events'
+        and alerts' data, and their name becomes "someone" in texts (alerts, replies, transcripts); entries written
+        from now on are treated alike until ``allow_identity``. Clips and snapshots stay (no name is drawn on them).
+        ``enrolled``: the person was enrolled until now; otherwise texts are changed only if some entry carries
+        the name as an identity (a retry after a crash), so that no word of any transcript can be rewritten by
+        deleting a name that never was a person's. Deleted bytes are zeroed (``secure_delete``) and the WAL
+        truncated when no reader holds it, so the old rows do not linger in the files either."""
+        if enrolled:  # before the transaction below: a row committed after it was anonymised as it was written
+            self._forgotten_names.add(name)
+        needle = json.dumps(name)[1:-1]  # as the name is written inside the data's JSON
+        forgotten = Forgotten()
+        with self._retention_lock, self._reading() as conn:
+            conn.execute("PRAGMA secure_delete = ON")
+            with _transaction(conn):
+                rows = conn.execute("SELECT * FROM entries WHERE instr(data, ?) > 0 OR instr(text, ?) > 0",
+                                    (needle, name)).fetchall()
+                entries = [_row_entry(row) for row in rows]
+                changes = [(entry, *anonymise(entry, name)) for entry in entries]
+                if not enrolled and not any(identity for _, identity, _ in changes):
+                    return forgotten  # nothing says this name was ever a person's: no text is touched
+                self._forgotten_names.add(name)
+                for entry, identity, named in changes:
+                    if not identity and not named:
+                        continue
+                    conn.execute("UPDATE entries SET data = ?, text = ? WHERE id = ?",
+                                 (json.dumps(entry.data, default=str), entry.text, entry.id))
+                    forgotten.entries.append(entry)
+                    forgotten.identities += identity
+                    forgotten.texts += named
+            with contextlib.suppress(sqlite3.Error):  # busy while a read is open: the WAL is reused soon anyway
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        forgotten.clips = len({e.clip for e in forgotten.entries if e.clip})
+        forgotten.snapshots = len({e.snapshot for e in forgotten.entries if e.snapshot})
+        return forgotten
+
+    def allow_identity(self, name: str) -> None:
+        """``name`` was enrolled again: entries written from now on keep it."""
+        self._forgotten_names.discard(name)
 
     def _unlink_unused(self, conn: sqlite3.Connection, relative: str | None) -> int:
         """Remove a clip or snapshot file unless an entry still names it (entries share them)."""

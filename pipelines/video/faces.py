@@ -11,16 +11,22 @@ also refuses profiles and blurred faces; a detector without keypoints (SSD) give
 A track recognised once keeps its name for as long as it lives (a later, worse view does not undo it); a face
 that matches nobody is ``unknown`` (name null) and is looked at again later; a deleted person's name is taken
 back from live tracks at the next frame. Embeddings and images never go to logs or metrics.
+
+An uploaded photo's size is read from its header before anything is decoded: one past ``max_image_pixels`` is
+refused (``image_too_large``), as a 110 KB PNG can decode to gigabytes. A photo is stored re-encoded from its
+pixels, without its metadata (EXIF: camera, place, author; XMP, ICC, text chunks).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
 import re
 import shutil
+import struct
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -44,6 +50,8 @@ KEYPOINT_CONF = 0.5  # a pose keypoint counts as visible from this confidence
 FACE_PX = 110  # the face's width in the crop given to HOG (its window is 80 px; dlib's chips are 150 px)
 MAX_UPSCALE = 4.0
 MAX_IMAGE_SIDE = 2000  # enrolment photos are shrunk to this first (HOG's cost grows with the pixels)
+MAX_IMAGE_PIXELS = 40_000_000  # video.faces.max_image_pixels: larger uploads are refused before decoding
+JPEG_QUALITY = 95  # stored photos, re-encoded without their metadata
 NAME = re.compile(r"^\w[\w .'\-]{0,63}$")
 _NOSE, _LEFT_EYE, _RIGHT_EYE, _LEFT_EAR, _RIGHT_EAR = range(5)
 
@@ -59,6 +67,7 @@ class FaceSettings:
     max_wait_s: float = 0.25  # how long a frame waits for its stream's look (longer: a later frame gets it)
     min_face_px: int = 40  # faces narrower than this in the frame are not looked at
     labels: tuple[str, ...] = ("person",)
+    max_image_pixels: int = MAX_IMAGE_PIXELS  # an uploaded photo larger than this is refused from its header
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +126,9 @@ class FaceGallery:
                 self._people[meta["name"]] = Person(meta["name"], embeddings.astype(np.float32), meta["images"])
             except (OSError, ValueError, KeyError) as error:  # a half-written folder: skip it, say which
                 log.warning("faces: %s not loaded: %s", folder.name, type(error).__name__)
+                continue
+            if not meta.get("stripped"):  # enrolled before photos were stored without their metadata
+                _strip_stored_photos(folder, meta)
         self._reindex()
 
     def _reindex(self) -> None:
@@ -148,19 +160,21 @@ class FaceGallery:
             with tempfile.NamedTemporaryFile(dir=folder, suffix=".npy", delete=False) as handle:
                 np.save(handle, stacked)
             os.replace(handle.name, folder / "embeddings.npy")
-            _write_atomic(folder / "person.json", json.dumps({"name": name, "images": files}).encode())
+            meta = {"name": name, "images": files, "stripped": True}  # stripped: photos stored without metadata
+            _write_atomic(folder / "person.json", json.dumps(meta).encode())
             self._people[name] = person = Person(name, stacked, files)
             self._reindex()
             return person
 
-    def delete(self, name: str) -> bool:
-        """Remove every embedding and image of ``name``; False if nobody has that name."""
+    def delete(self, name: str) -> Person | None:
+        """Remove every embedding and image of ``name``; returns what was removed (None: nobody has that name)."""
         with self._lock:
-            if self._people.pop(name, None) is None:
-                return False
+            person = self._people.pop(name, None)
+            if person is None:
+                return None
             shutil.rmtree(self._folder(name), ignore_errors=True)
             self._reindex()
-            return True
+            return person
 
     def match(self, embedding: np.ndarray) -> tuple[str | None, float]:
         """The enrolled person most similar to ``embedding`` and the similarity (None, -1 with nobody enrolled)."""
@@ -178,22 +192,75 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(handle.name, path)
 
 
+def _strip_stored_photos(folder: Path, meta: dict[str, Any]) -> None:
+    """Re-encode the photos of a person enrolled before photos were stored without their metadata (once)."""
+    import cv2
+
+    for file in meta["images"]:
+        path = folder / file
+        bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)  # EXIF orientation applied: the photo looks as it did
+        if bgr is None:
+            log.warning("faces: a stored photo of %s does not decode; left as it is", folder.name)
+            return
+        _write_atomic(path, encode_photo(bgr, path.suffix.lstrip(".")))
+    _write_atomic(folder / "person.json", json.dumps({**meta, "stripped": True}).encode())
+    log.info("faces: %d stored photo(s) of %s re-encoded without their metadata", len(meta["images"]), folder.name)
+
+
+def encode_photo(bgr: np.ndarray, extension: str) -> bytes:
+    """A photo as stored: its pixels alone, re-encoded (no EXIF, XMP, ICC profile or text chunks)."""
+    import cv2
+
+    params = [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY] if extension == "jpg" else []
+    ok, encoded = cv2.imencode(f".{extension}", bgr, params)
+    if not ok:
+        raise ValueError(f"{extension} encoding failed")
+    return encoded.tobytes()
+
+
 # ---------------------------------------------------------------- recognition
 
 
-def decode_image(data: bytes) -> tuple[np.ndarray, str]:
-    """A JPEG or PNG upload as RGB (shrunk to MAX_IMAGE_SIDE) and its file extension; anything else is refused."""
-    import cv2
+def image_header(data: bytes, max_pixels: int = MAX_IMAGE_PIXELS, what: str = "the image") -> tuple[int, int, str]:
+    """(width, height, file extension) of a JPEG or PNG upload, from its header alone (no pixel is decoded);
+    anything else, a header that does not parse, or more than ``max_pixels`` pixels is refused."""
+    from PIL import JpegImagePlugin, PngImagePlugin
 
     if data[:3] == b"\xff\xd8\xff":
-        extension = "jpg"
+        extension, opener = "jpg", JpegImagePlugin.JpegImageFile
     elif data[:8] == b"\x89PNG\r\n\x1a\n":
-        extension = "png"
+        extension, opener = "png", PngImagePlugin.PngImageFile
     else:
-        raise ApiError("invalid_image", "not a JPEG or PNG image")
-    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        raise ApiError("invalid_image", f"{what}: not a JPEG or PNG image")
+    kind = extension.upper().replace("JPG", "JPEG")
+    try:
+        # The format's own class, not Image.open: it reads the header (a PNG's IHDR, a JPEG's markers up to its
+        # frame header) and decodes nothing, without Pillow's own decompression-bomb check (a warning from 89
+        # megapixels, an error from 179), which this limit replaces.
+        with opener(io.BytesIO(data)) as image:
+            width, height = image.size
+    except (OSError, SyntaxError, ValueError, IndexError, TypeError, EOFError, struct.error):
+        raise ApiError("invalid_image", f"{what}: the {kind} header cannot be read") from None
+    if width <= 0 or height <= 0:
+        raise ApiError("invalid_image", f"{what}: the {kind} image is {width}x{height}")
+    if width * height > max_pixels:
+        raise ApiError("image_too_large", f"{what}: the {kind} image is {width}x{height} ({width * height} pixels); "
+                       f"at most {max_pixels} pixels are decoded (video.faces.max_image_pixels)")
+    return width, height, extension
+
+
+def decode_image(data: bytes, max_pixels: int = MAX_IMAGE_PIXELS, what: str = "the image") -> tuple[np.ndarray, str]:
+    """A JPEG or PNG upload as RGB (shrunk to MAX_IMAGE_SIDE) and its file extension; anything else, or an image
+    of more than ``max_pixels`` pixels (read from its header, before decoding), is refused."""
+    import cv2
+
+    _, _, extension = image_header(data, max_pixels, what)
+    try:
+        bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    except cv2.error:  # e.g. OpenCV's own size limit: a header Pillow read differently
+        bgr = None
     if bgr is None or bgr.size == 0:
-        raise ApiError("invalid_image", f"the {extension.upper()} image cannot be decoded")
+        raise ApiError("invalid_image", f"{what}: the {extension.upper()} image cannot be decoded")
     scale = MAX_IMAGE_SIDE / max(bgr.shape[:2])
     if scale < 1:
         bgr = cv2.resize(bgr, (round(bgr.shape[1] * scale), round(bgr.shape[0] * scale)), interpolation=cv2.INTER_AREA)
@@ -224,16 +291,21 @@ class FaceRecognizer:
         return faces[0]
 
     def enrol(self, name: str, images: Sequence[bytes]) -> Person:
-        """Embed the one face of every image, then store them all (nothing is stored if any image is refused)."""
+        """Embed the one face of every image, then store them all (nothing is stored if any image is refused).
+        Every image's header is checked before any is decoded; each is stored re-encoded, without metadata."""
+        import cv2
+
         check_name(name)
         if not images:
             raise ApiError("invalid_image", "no image given")
+        whats = [f"image {index + 1}" if len(images) > 1 else "the image" for index in range(len(images))]
+        for data, what in zip(images, whats, strict=True):
+            image_header(data, self.settings.max_image_pixels, what)
         embeddings, kept = [], []
-        for index, data in enumerate(images):
-            what = f"image {index + 1}" if len(images) > 1 else "the image"
-            image, extension = decode_image(data)
+        for data, what in zip(images, whats, strict=True):
+            image, extension = decode_image(data, self.settings.max_image_pixels, what)
             embeddings.append(self.model.embed(image, self.the_face(image, what)))
-            kept.append((data, extension))
+            kept.append((encode_photo(cv2.cvtColor(image, cv2.COLOR_RGB2BGR), extension), extension))
         person = self.gallery.add(name, np.stack(embeddings), kept)
         log.info("faces: %d face(s) enrolled (%d people enrolled)", len(kept), len(self.gallery.names()))
         return person

@@ -33,6 +33,10 @@ class FacesSettings(Section):
         "look that takes longer is applied to a later frame (detection never waits behind faces)."))
     min_face_px: int = Field(40, ge=16, le=1000, description="Faces narrower than this (frame pixels) are ignored.")
     labels: list[str] = Field(["person"], min_length=1, description="Detector labels whose tracks have faces.")
+    max_image_pixels: int = Field(40_000_000, ge=1_000_000, le=150_000_000, description=(
+        "The largest enrolment photo (POST /api/faces/{name}), in pixels, read from its header before anything is "
+        "decoded: a larger one is refused (400 image_too_large). A 110 KB one-colour PNG can say 30000x30000, "
+        "2.7 GB once decoded; 40 megapixels (a 7300x5500 camera photo) decode to 120 MB."))
 
 
 class PlatesSettings(Section):

@@ -1,7 +1,9 @@
 """``/api/faces``: the people ``video.faces`` recognises. Enrol one from photos of their face (multipart, any
-number of image parts, or one raw JPEG/PNG body), list them, delete one (every embedding and image of theirs goes).
-The photos and embeddings are kept under ``storage.data_dir``/faces (``pipelines.video.faces.FaceGallery``) and
-never appear in logs or metrics."""
+number of image parts, or one raw JPEG/PNG body), list them, delete one: every embedding and photo of theirs goes,
+and their name goes from everything Vigil wrote (the timeline's events, alerts, replies and transcripts, and the
+memory index: ``pipelines.timeline.forget``); the answer says what changed. Their events' clips and snapshots are
+kept, unnamed (docs/faces.md says why). The photos (stored without their metadata) and embeddings are kept under
+``storage.data_dir``/faces (``pipelines.video.faces.FaceGallery``) and never appear in logs or metrics."""
 
 from __future__ import annotations
 
@@ -12,10 +14,12 @@ from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, Field
 
 from pipelines.errors import ApiError
-from pipelines.video.faces import FaceRecognizer, check_name
+from pipelines.memory.feed import memory_entry
+from pipelines.timeline.store import Forgotten, StorageUnavailable
+from pipelines.video.faces import NAME, FaceRecognizer, check_name
 from server.http.errors import read_body
 from server.http.route import Route
-from server.state import ENGINES
+from server.state import ENGINES, MEMORY, TIMELINE
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024  # all the photos of one request together
 MAX_IMAGES = 20
@@ -28,6 +32,29 @@ class PersonInfo(BaseModel):
 
 class PeopleList(BaseModel):
     people: list[PersonInfo]
+
+
+class ForgottenEntries(BaseModel):
+    entries: int = Field(description="Timeline entries changed (each is kept, without the name).")
+    identities: int = Field(description=(
+        "Events and alerts whose identity (the name and its score) was removed: they read as a person nobody "
+        "enrolled, and ?identity= no longer finds them."))
+    texts: int = Field(description=(
+        "Alerts, replies and transcripts whose text named the person: the name (a whole word, its case) now reads "
+        "'someone', as an alert says for a stranger."))
+    clips_kept: int = Field(description="Clips of those events, kept and still served (docs/faces.md says why).")
+    snapshots_kept: int = Field(description="Snapshots of those events, kept and still served (no name is drawn).")
+
+
+class PersonDeleted(BaseModel):
+    name: str
+    faces: int = Field(description=(
+        "Face embeddings deleted, with their photos (0: the person was no longer enrolled, and this deletion "
+        "finished the forgetting an interrupted one started)."))
+    timeline: ForgottenEntries | None = Field(description="What changed in the timeline (null: storage is off).")
+    memory_entries: int | None = Field(description=(
+        "Memory entries replaced by their version without the name (keyword index at once, re-embedded in the "
+        "background; the old vectors are deleted). Null: memory is off."))
 
 
 async def _recognizer(request: web.Request) -> FaceRecognizer:
@@ -69,6 +96,9 @@ async def enrol(request: web.Request) -> web.Response:
     images = await _images(request)
     recognizer = await _recognizer(request)
     person = await asyncio.to_thread(recognizer.enrol, name, images)
+    timeline = request.app.get(TIMELINE)
+    if timeline is not None:
+        timeline.allow_identity(name)  # enrolled again: their events are named again from now on
     return web.json_response(text=PersonInfo(**person.info()).model_dump_json(), status=201)
 
 
@@ -79,11 +109,35 @@ async def list_people(request: web.Request) -> web.Response:
 
 
 async def delete_person(request: web.Request) -> web.Response:
+    """The person's embeddings and photos go first (no track is named after them from the next frame on), then
+    their name from the timeline and from memory. A retry finishes what an interrupted deletion left (the timeline
+    still names them): 404 only when nothing anywhere has the name."""
     name = request.match_info["name"]
-    gallery = await asyncio.to_thread(request.app[ENGINES].face_gallery)
-    if not await asyncio.to_thread(gallery.delete, name):
+    if not NAME.match(name):
         raise ApiError("not_found", "nobody is enrolled under that name")
-    return web.Response(status=204)
+    gallery = await asyncio.to_thread(request.app[ENGINES].face_gallery)
+    person = await asyncio.to_thread(gallery.delete, name)
+    timeline, memory = request.app.get(TIMELINE), request.app.get(MEMORY)
+    forgotten: Forgotten | None = None
+    if timeline is not None:
+        try:
+            forgotten = await asyncio.to_thread(timeline.forget_identity, name, enrolled=person is not None)
+        except StorageUnavailable as error:  # a retry, once the storage is back, finishes the forgetting
+            done = "their photos and embeddings are deleted, but " if person is not None else ""
+            raise ApiError("storage_unavailable", f"{done}their name could not be taken out of the timeline "
+                           f"({error}); retry the deletion") from None
+    if person is None and (forgotten is None or not forgotten.entries):
+        raise ApiError("not_found", "nobody is enrolled under that name")
+    rewritten = None
+    if memory is not None:
+        entries = [memory_entry(e) for e in forgotten.entries] if forgotten is not None else []
+        rewritten = await asyncio.to_thread(memory.rewrite_events, entries)
+    answer = PersonDeleted(
+        name=name, faces=len(person.embeddings) if person is not None else 0, memory_entries=rewritten,
+        timeline=None if forgotten is None else ForgottenEntries(
+            entries=len(forgotten.entries), identities=forgotten.identities, texts=forgotten.texts,
+            clips_kept=forgotten.clips, snapshots_kept=forgotten.snapshots))
+    return web.json_response(text=answer.model_dump_json())
 
 
 _ONE = "/api/faces/{name}"
@@ -93,6 +147,7 @@ FACE_ROUTES: tuple[Route, ...] = (
     Route("POST", _ONE, enrol, "Enrol a person (or add photos): a raw image/jpeg or image/png body, or "
           "multipart/form-data with one photo per part; each photo must show exactly one face",
           response=PersonInfo, status=201, errors=(400, 401, 413, 415), form_fields=("image",)),
-    Route("DELETE", _ONE, delete_person, "Delete a person: every embedding and photo of theirs", status=204,
-          errors=(401, 404)),
+    Route("DELETE", _ONE, delete_person, "Delete a person: every embedding and photo of theirs, and their name "
+          "from the timeline (events, alerts, replies, transcripts) and memory; their events' clips and snapshots "
+          "are kept, unnamed. The answer counts what changed", response=PersonDeleted, errors=(401, 404, 503)),
 )

@@ -10,6 +10,10 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import sqlite3
+import struct
+import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -117,9 +121,9 @@ def test_deleting_a_person_removes_every_embedding_and_photo(recognizer, pose_de
     assert FaceGallery(recognizer.gallery.root).people() == []  # nothing comes back after a restart
 
 
-async def _played(http: aiohttp.ClientSession, url: str, path: str) -> Watcher:
-    """``path`` played once as a file source (media time, zone over the whole view), watched to its end."""
-    body = {"path": path, "realtime": False, "options": {"video": {"zones": [EVERYWHERE]}}}
+async def _played(http: aiohttp.ClientSession, url: str, path: str, zone: dict[str, Any] = EVERYWHERE) -> Watcher:
+    """``path`` played once as a file source (media time, ``zone``: over the whole view), watched to its end."""
+    body = {"path": path, "realtime": False, "options": {"video": {"zones": [zone]}}}
     async with http.post(f"{url}/api/sources", json=body) as response:
         source = await response.json()
         assert response.status == 201, source
@@ -167,7 +171,9 @@ async def test_the_faces_api_enrols_lists_and_deletes_with_clear_errors_and_the_
         async with http.get(faces, headers=TOKEN) as response:
             assert await _status(response) == (200, {"people": [{"name": "Barack", "faces": 3}]})
         async with http.delete(f"{faces}/Barack", headers=TOKEN) as response:
-            assert response.status == 204
+            assert await _status(response) == (200, {"name": "Barack", "faces": 3, "timeline": {
+                "entries": 0, "identities": 0, "texts": 0, "clips_kept": 0, "snapshots_kept": 0},
+                "memory_entries": None})
         async with http.delete(f"{faces}/Barack", headers=TOKEN) as response:
             assert response.status == 404
         async with http.get(faces, headers=TOKEN) as response:
@@ -221,6 +227,185 @@ async def test_tracks_and_their_events_carry_the_name_and_the_timeline_and_searc
         async with http.get(f"{server.url}/api/search", params={"q": "when did Barack come?"}) as response:
             results = (await response.json())["results"]
         assert results and "Barack" in results[0]["text"] and results[0]["kind"] == "event", results
+
+
+
+def _metadata(data: bytes) -> dict[str, Any]:
+    """What a photo says besides its pixels: EXIF tags, and Pillow's other metadata (XMP, Photoshop, ICC, text)."""
+    with Image.open(io.BytesIO(data)) as image:
+        return {**{f"exif {tag}": value for tag, value in image.getexif().items()},
+                **{key: value for key, value in image.info.items() if key not in ("dpi", "jfif", "jfif_version",
+                                                                                 "jfif_unit", "jfif_density")}}
+
+
+def test_enrolment_photos_are_stored_without_their_metadata(recognizer):
+    photo = photo_bytes("obama.jpg")  # a White House photo: EXIF (camera, author, caption), XMP, Photoshop, ICC
+    assert b"Pete Souza" in photo and "exif 315" in _metadata(photo)
+    png = io.BytesIO()
+    Image.fromarray(photo_rgb("obama2.jpg")).save(png, format="PNG", pnginfo=_png_text("Author", "Pete Souza"))
+    assert b"Pete Souza" in png.getvalue()
+    recognizer.enrol("Barack", [photo, png.getvalue()])
+    stored = sorted(next(recognizer.gallery.root.iterdir()).glob("000*"))
+    assert [p.suffix for p in stored] == [".jpg", ".png"]
+    for path in stored:
+        data = path.read_bytes()
+        assert b"Pete Souza" not in data and b"Canon" not in data, path.name
+        assert _metadata(data) == {}, (path.name, list(_metadata(data)))
+        with Image.open(path) as image:
+            assert min(image.size) > 500  # still the photo (shrunk at most to 2000 px), not a thumbnail
+
+
+def _png_text(key: str, value: str) -> Any:
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text(key, value)
+    return info
+
+
+async def _search(http: aiohttp.ClientSession, url: str, q: str, mode: str = "hybrid") -> list[dict[str, Any]]:
+    async with http.get(f"{url}/api/search", params={"q": q, "mode": mode, "kind": "event,alert,reply,transcript",
+                                                       "limit": "50"}) as response:
+        body = await response.json()
+        assert response.status == 200, body
+        return body["results"]
+
+
+async def test_deleting_a_person_forgets_their_name_everywhere_and_keeps_their_footage_unnamed(
+        vigil, arrivals: Path, tmp_path: Path):
+    detector = {"backend": load_settings(None, {}).models.detector.backend}  # the default: the pose model
+    faces = {"enabled": True, "max_wait_s": 10.0}
+    door = {**EVERYWHERE, "name": "door", "announce": "{identity} is at the door", "announce_cooldown_s": 0}
+    memory_dir = tmp_path / "memory"
+    server = await vigil(sources={"media_root": str(arrivals)}, video={"target_fps": 5, "faces": faces},
+                         models={"detector": detector}, storage={"appear": [{"label": "person"}]},
+                         memory={"enabled": True, "data_dir": str(memory_dir)})
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{server.url}/api/faces/Barack", data=photo_bytes("obama.jpg"),
+                             headers={"Content-Type": "image/jpeg"}) as response:
+            assert response.status == 201
+        await _played(http, server.url, "arrivals.mp4", door)
+        assert await asyncio.to_thread(server.app[TIMELINE].flush)
+        await server.app[MEMORY].flush()
+        everything = f"{server.url}/api/events?kind=event,alert,reply,transcript,scene&limit=500"
+        async with http.get(f"{server.url}/api/events?identity=Barack&limit=50") as response:
+            named = (await response.json())["events"]
+        async with http.get(everything) as response:
+            before = (await response.json())["events"]
+        alerts = [e for e in before if e["kind"] == "alert" and "Barack" in e["text"]]
+        assert named and alerts, before  # "Barack is at the door"
+        assert any("Barack" in hit["text"] for hit in await _search(http, server.url, "when did Barack come?"))
+        media = [(e["id"], e["snapshot_url"], e["clip_url"]) for e in named if e["snapshot_url"]]
+        assert media, named
+
+        async with http.delete(f"{server.url}/api/faces/Barack") as response:
+            answer = await response.json()
+            print(f"DELETE /api/faces/Barack -> {response.status} {answer}")
+            assert response.status == 200, answer
+        assert answer["name"] == "Barack" and answer["faces"] == 1
+        # ?identity= lists events and alerts (an alert carries its event's identity): each loses it; the alerts'
+        # texts named him too
+        assert answer["timeline"]["identities"] == answer["timeline"]["entries"] == len(named)
+        assert answer["timeline"]["texts"] == len(alerts)
+        assert 1 <= answer["timeline"]["snapshots_kept"] <= len(media)  # events on one frame share a snapshot
+        assert answer["memory_entries"] >= 1
+
+        # The timeline: nothing finds or says his name; the alert says what it says for a stranger.
+        async with http.get(f"{server.url}/api/events?identity=Barack") as response:
+            assert (await response.json())["events"] == []
+        async with http.get(everything) as response:
+            after = (await response.json())["events"]
+        assert "Barack" not in json.dumps(after)
+        assert len(after) == len(before)  # anonymised, not deleted
+        texts = {e["id"]: e["text"] for e in after}
+        assert {texts[a["id"]] for a in alerts} == {"someone is at the door"}
+        # The footage is kept, its events with no name (docs/faces.md says why).
+        for event_id, snapshot_url, clip_url in media:
+            async with http.get(f"{server.url}/api/events/{event_id}") as response:
+                event = await response.json()
+            assert "identity" not in event["data"] and event["data"]["label"] == "person", event
+            async with http.get(f"{server.url}{snapshot_url}") as response:
+                assert response.status == 200 and response.content_type == "image/jpeg"
+            if clip_url is not None:
+                async with http.get(f"{server.url}{clip_url}") as response:
+                    assert response.status == 200 and response.content_type == "video/mp4"
+
+        # Memory: neither keyword nor vector search gives his name back; the entries are there without it.
+        await server.app[MEMORY].flush()
+        for mode in ("keyword", "vector", "hybrid"):
+            hits = await _search(http, server.url, "when did Barack come to the door?", mode)
+            assert hits and not any("Barack" in hit["text"] for hit in hits), (mode, hits)
+        hits = await _search(http, server.url, "a person entered zone door", "keyword")
+        assert any(h["text"].startswith("person (track") for h in hits), hits
+        db = sqlite3.connect(memory_dir / "entries.sqlite3")
+        try:
+            assert db.execute("SELECT count(*) FROM entries WHERE text LIKE '%Barack%'").fetchone()[0] == 0
+            assert db.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH 'barack'").fetchone()[0] == 0
+            assert db.execute("SELECT count(*) FROM entries WHERE indexed = 0").fetchone()[0] == 0  # re-embedded
+        finally:
+            db.close()
+        counts = await server.app[MEMORY].counts()
+        assert counts[0] == counts[1], counts  # one vector per entry: the old ones went
+
+        async with http.delete(f"{server.url}/api/faces/Barack") as response:
+            assert response.status == 404  # nothing left to forget
+        # Enrolled again, he is named again from now on (the name is not blocked for good).
+        async with http.post(f"{server.url}/api/faces/Barack", data=photo_bytes("obama.jpg"),
+                             headers={"Content-Type": "image/jpeg"}) as response:
+            assert response.status == 201
+
+
+def _one_colour_png(side: int) -> bytes:
+    """A side x side black PNG, 1 bit a pixel: ~110 KB at 30000 (zlib's 1:1000 on zeros) that decode to side**2
+    x 3 bytes of BGR (the issue's probe: 30000 took 17 s and 5 GB; 40000 raised cv2.error, a 500)."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    row = bytes(1 + (side + 7) // 8)  # filter byte 0, then side bits of black
+    packer = zlib.compressobj(9)
+    pixels = b"".join(packer.compress(row) for _ in range(side)) + packer.flush()
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0))
+            + chunk(b"IDAT", pixels) + chunk(b"IEND", b""))
+
+
+@pytest.fixture(scope="module")
+def huge_pngs() -> dict[int, bytes]:
+    return {side: _one_colour_png(side) for side in (30000, 40000)}
+
+
+async def test_an_image_too_large_to_decode_is_refused_from_its_header(vigil, huge_pngs: dict[int, bytes]):
+    server = await vigil(video={"faces": {"enabled": True}})
+    faces = f"{server.url}/api/faces"
+    async with aiohttp.ClientSession() as http:
+        for side, png in huge_pngs.items():
+            assert len(png) < 250_000
+            started = time.perf_counter()
+            async with http.post(f"{faces}/Joe", data=png, headers={"Content-Type": "image/png"}) as response:
+                status, body = await _status(response)
+            took = time.perf_counter() - started
+            print(f"POST {side}x{side} PNG ({len(png)} bytes) -> {status} {body} in {took:.2f} s")
+            assert status == 400 and body["error"]["code"] == "image_too_large", (side, status, body)
+            assert f"{side}x{side}" in body["error"]["message"] and "40000000" in body["error"]["message"]
+            assert took < 5, took  # refused from the header: nothing was decoded
+        # In a multipart body too, and before any photo is decoded: nothing is stored.
+        form = aiohttp.FormData(default_to_multipart=True)
+        form.add_field("image", photo_bytes("biden.jpg"), filename="a.jpg", content_type="image/jpeg")
+        form.add_field("image", huge_pngs[40000], filename="b.png", content_type="image/png")
+        async with http.post(f"{faces}/Joe", data=form) as response:
+            status, body = await _status(response)
+            assert status == 400 and body["error"]["code"] == "image_too_large", body
+            assert body["error"]["message"].startswith("image 2:"), body
+        async with http.get(faces) as response:
+            assert (await response.json())["people"] == []
+        async with http.post(f"{faces}/Joe", data=photo_bytes("biden.jpg"),
+                             headers={"Content-Type": "image/jpeg"}) as response:
+            assert response.status == 201  # a real photo (2 megapixels) is still taken
+        async with http.get(f"{server.url}/openapi.json") as response:
+            spec = await response.json()
+        delete = spec["paths"]["/api/faces/{name}"]["delete"]["responses"]
+        schema = delete["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+        fields = spec["components"]["schemas"][schema]["properties"]
+        assert {"name", "faces", "timeline", "memory_entries"} <= set(fields), fields
 
 
 # ---------------------------------------------------------------- plates
