@@ -95,6 +95,10 @@ class MotionConfig(_Strict):
     masks: list[list[Point]] = Field(default_factory=list, max_length=32, description=(
         "Polygons (normalised image coordinates, 3-100 points each) where motion is ignored, e.g. a tree or a "
         "clock; objects there are still detected when motion elsewhere (or a refresh) runs the detector."))
+    boost_fps: float = Field(10.0, ge=0, le=120, description=(
+        "While the gate sees motion, sample up to this rate (a runner is seen twice as often as at 5 fps) when the "
+        "detector has headroom (busy under half its time, so the node's other streams keep their rate); back to "
+        "target_fps when quiet. At or below target_fps (0): no boost."))
 
     @field_validator("masks")
     @classmethod
@@ -111,6 +115,50 @@ class MotionConfigPatch(_Strict):
     min_area: float | None = Field(None, ge=0, le=1)
     refresh_s: float | None = Field(None, gt=0, le=3600)
     masks: list[list[Point]] | None = Field(None, max_length=32)
+    boost_fps: float | None = Field(None, ge=0, le=120)
+
+
+class ObjectFilter(_Strict):
+    """Which detections of one label may start a track, and when a track is trusted (Frigate's object filters).
+
+    A detection below ``min_score`` or outside the area and ratio bounds is never tracked; a track raises events
+    (zones, lines, appearances, clips, alerts) only once the median of its last scores reaches ``threshold``, and
+    stays confirmed from then on. Unconfirmed objects are still sent in ``detections`` (``confirmed: false``)."""
+
+    min_score: float = Field(0.5, ge=0, le=1, description=(
+        "Smallest detector confidence that may start or continue a track (weaker ones are shown, never tracked)."))
+    threshold: float = Field(0.7, ge=0, le=1, description=(
+        "A track raises events once the median of its last 10 scores reaches this (then stays confirmed)."))
+    min_area: float = Field(0.0, ge=0, le=1, description="Smallest box, as a fraction of the frame's area.")
+    max_area: float = Field(1.0, ge=0, le=1, description="Largest box, as a fraction of the frame's area.")
+    min_ratio: float = Field(0.0, ge=0, le=1000, description="Smallest width / height of a box.")
+    max_ratio: float = Field(1000.0, ge=0, le=1000, description="Largest width / height of a box.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ObjectFilter:
+        if self.min_area > self.max_area:
+            raise ValueError("min_area must be <= max_area")
+        if self.min_ratio > self.max_ratio:
+            raise ValueError("min_ratio must be <= max_ratio")
+        return self
+
+
+class ObjectsConfig(_Strict):
+    """Per-label detection filters (``video.objects``)."""
+
+    default: ObjectFilter = Field(default_factory=ObjectFilter, description="The filter of every label not in filters.")
+    filters: dict[Annotated[str, Field(min_length=1, max_length=100)], ObjectFilter] = Field(
+        default_factory=dict, max_length=100, description=(
+            "Label -> its filter, replacing default for that label (keys not given take the built-in defaults)."))
+
+    def of(self, label: str) -> ObjectFilter:
+        return self.filters.get(label, self.default)
+
+
+class ObjectsConfigPatch(_Strict):
+    default: ObjectFilter | None = None
+    filters: dict[Annotated[str, Field(min_length=1, max_length=100)], ObjectFilter] | None = Field(
+        None, max_length=100)
 
 
 class VideoSessionConfig(_Strict):
@@ -118,6 +166,8 @@ class VideoSessionConfig(_Strict):
     zones: list[ZoneConfig] = Field(default_factory=list, max_length=32)
     lines: list[LineConfig] = Field(default_factory=list, max_length=32)
     motion: MotionConfig = Field(default_factory=MotionConfig, description="Motion-gated detection.")
+    objects: ObjectsConfig = Field(default_factory=ObjectsConfig, description=(
+        "Per-label filters: which detections are tracked and when a track raises events."))
 
 
 class SessionConfig(_Strict):
@@ -141,6 +191,7 @@ class VideoSessionConfigPatch(_Strict):
     zones: list[ZoneConfig] | None = Field(None, max_length=32)
     lines: list[LineConfig] | None = Field(None, max_length=32)
     motion: MotionConfigPatch | None = None
+    objects: ObjectsConfigPatch | None = None
 
 
 class SessionConfigPatch(_Strict):
@@ -191,6 +242,9 @@ class DetectedObject(_Outbound):
     conf: float
     box: tuple[float, float, float, float] = Field(description="x1, y1, x2, y2 normalised to 0..1.")
     track_id: int | None = None
+    confirmed: bool | None = Field(None, description=(
+        "Whether the object's track is trusted (video.objects: its score passed min_score and its track's median "
+        "score reached threshold); false: shown, but it raises no event, clip or alert. Null: not tracked."))
     keypoints: list[tuple[float, float, float]] | None = Field(None, description="x, y (0..1), confidence.")
     identity: Identity | None = Field(None, description="A person's face, once looked at (video.faces).")
     plate: PlateReading | None = Field(None, description="A vehicle's best plate reading (video.plates).")
@@ -232,20 +286,24 @@ class _Known(_Outbound):
     plate: PlateReading | None = Field(None, description="The track's plate (video.plates), when read.")
 
 
-class ZoneEnter(_Known):
+class _Scored(_Known):
+    score: float | None = Field(None, description="The track's best detector score so far.")
+
+
+class ZoneEnter(_Scored):
     zone: str
     track_id: int
     label: str
 
 
-class ZoneExit(_Known):
+class ZoneExit(_Scored):
     zone: str
     track_id: int
     label: str
     dwell_s: float = Field(description="Seconds the track spent inside (media time).")
 
 
-class LineCross(_Known):
+class LineCross(_Scored):
     line: str
     track_id: int
     label: str

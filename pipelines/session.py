@@ -41,7 +41,7 @@ from pipelines.protocol import (
     VideoSessionConfig,
     client_message_adapter,
 )
-from pipelines.video.scene import SceneState, known_in_view
+from pipelines.video.scene import SceneState, known_in_view, trusted
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +65,13 @@ class DetectionResult:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, data): zone/line events
     zone_occupancy: dict[str, list[int]] = field(default_factory=dict)
     line_counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    sample_fps: float | None = None  # the rate the analyser asks frames at from now on (motion boost); None: target
 
 
 class NoMotion:
     """What an analyser returns for a sampled frame it skipped (motion gating, ``video.motion``): no detector
-    call, no tracker update, no ``detections`` message; counted as ``frames_no_motion``."""
+    call, no tracker update, no ``detections`` message; counted as ``frames_no_motion``. The scene is quiet: a
+    motion boost ends (sampling returns to the target rate)."""
 
     __slots__ = ()
 
@@ -451,12 +453,14 @@ class SessionPipeline:
         if isinstance(result, NoMotion):  # no detector call: says nothing of an ongoing failure's end
             self.counts.video.frames_no_motion += 1
             self._metrics.frames_no_motion.inc()
+            self._sample_at(None)
             return
         self._video_failure = None
         self.counts.video.frames_analyzed += 1
         self._metrics.frames_analyzed.inc()
         if result is None:
             return
+        self._sample_at(result.sample_fps)
         pts = round(sampled.pts, 6)
         self.send(
             Detections,
@@ -475,12 +479,18 @@ class SessionPipeline:
             telemetry.SCENE_EVENTS.labels(name=name).inc()
             self.send(Event, pts=pts, name=name, data=data, id=event_id)
         self.scene.update(
-            labels=[o["label"] for o in result.objects], pts=pts, ts=self.clock.now(), model=result.model,
+            labels=[o["label"] for o in trusted(result.objects)], pts=pts, ts=self.clock.now(), model=result.model,
             zone_occupancy=result.zone_occupancy, line_counts=result.line_counts,
             events=[{"name": name, **data} for name, data, _ in events], known=known_in_view(result.objects),
         )
         if not self.clock.virtual:
             self._metrics.end_to_end_ms.observe((time.perf_counter() - sampled.sampled_at) * 1000.0)
+
+    def _sample_at(self, fps: float | None) -> None:
+        """Sample at the analyser's asked rate (a motion boost), or back at the target rate."""
+        rate = fps or self.config.video.target_fps
+        if rate != self._sampler.target_fps:
+            self._sampler.retarget(rate)
 
     async def _video_worker(self) -> None:
         while True:

@@ -7,6 +7,7 @@ const SKELETON = [[15, 13], [13, 11], [16, 14], [14, 12], [11, 12], [5, 11], [6,
   [7, 9], [8, 10], [1, 2], [0, 1], [0, 2], [1, 3], [2, 4], [3, 5], [4, 6]];
 const KEYPOINT_MIN_CONF = 0.5;
 const FLASH_MS = 1500;
+const UNCONFIRMED_COLOUR = "#94a3b8";
 
 function colourFor(object) {
   const key = object.track_id ?? object.class_id ?? 0;
@@ -23,7 +24,7 @@ export class Overlay {
     this.lines = [];
     this.flashes = new Map(); // zone or line name -> time the event arrived
     this.labelBoxes = []; // labels placed in the current draw, to avoid stacking them
-    this.lastDrawn = { boxes: 0, labels: [], keypoints: 0, zones: 0, lines: 0 };
+    this.lastDrawn = { boxes: 0, unconfirmed: 0, labels: [], keypoints: 0, zones: 0, lines: 0 };
     new ResizeObserver(() => this.draw()).observe(canvas);
   }
 
@@ -100,17 +101,23 @@ export class Overlay {
     const objects = this.detections ? this.detections.objects : [];
     let keypointsDrawn = 0;
     for (const object of objects) {
-      const colour = colourFor(object);
+      // Unconfirmed (video.objects: too weak to track, or its track's scores not yet at the threshold): seen,
+      // but it raises no event. Drawn grey and dashed, its label ending in "?".
+      const unconfirmed = object.confirmed === false;
+      const colour = unconfirmed ? UNCONFIRMED_COLOUR : colourFor(object);
       const [x1, y1] = at([object.box[0], object.box[1]]);
       const [x2, y2] = at([object.box[2], object.box[3]]);
-      g.lineWidth = 2.5;
+      g.lineWidth = unconfirmed ? 1.5 : 2.5;
       g.strokeStyle = colour;
+      g.setLineDash(unconfirmed ? [6, 4] : []);
       g.strokeRect(x1, y1, x2 - x1, y2 - y1);
+      g.setLineDash([]);
       const track = object.track_id != null ? ` #${object.track_id}` : "";
       // Who (video.faces) and which (video.plates): the name instead of the label once known.
       const who = object.identity?.name ?? (object.plate ? (object.plate.name ?? object.plate.text) : null);
       const name = who ? `${who} (${object.label})` : object.label;
-      this.label(g, `${name}${track} ${Math.round(object.conf * 100)}%`, x1, y1, colour, "#0f172a", y2);
+      const doubt = unconfirmed ? " ?" : "";
+      this.label(g, `${name}${track} ${Math.round(object.conf * 100)}%${doubt}`, x1, y1, colour, "#0f172a", y2);
       if (object.keypoints) {
         const points = object.keypoints.map(([x, y, conf]) => [...at([x, y]), conf]);
         g.lineWidth = 2;
@@ -131,6 +138,7 @@ export class Overlay {
     }
     this.lastDrawn = {
       boxes: objects.length,
+      unconfirmed: objects.filter((o) => o.confirmed === false).length,
       labels: objects.map((o) => o.label),
       keypoints: keypointsDrawn,
       zones: this.zones.length,
@@ -138,6 +146,7 @@ export class Overlay {
     };
     // Tests and people with dev tools can read what was drawn without decoding pixels.
     canvas.dataset.boxes = String(objects.length);
+    canvas.dataset.unconfirmed = String(this.lastDrawn.unconfirmed);
     canvas.dataset.labels = this.lastDrawn.labels.join(",");
   }
 

@@ -122,7 +122,8 @@ export class Timeline {
     li.dataset.clip = item.clip_state;
     li.querySelector(".name").textContent = item.kind === "alert" ? "alert" : (NAMES[item.name] || item.name);
     li.querySelector(".detail").textContent = item.kind === "alert" ? ` “${item.text || ""}”`
-      : ` ${data.label || ""}${data.track_id ? ` #${data.track_id}` : ""}${place ? ` · ${place}` : ""}`;
+      : ` ${data.label || ""}${data.track_id ? ` #${data.track_id}` : ""}${place ? ` · ${place}` : ""}`
+        + (data.score != null ? ` · ${Math.round(data.score * 100)}%` : "");
     const when = new Date(item.wall_ts * 1000).toLocaleTimeString();
     li.querySelector(".when").textContent = `${when} · ${item.source_name || item.source}`;
     const media = li.querySelector(".media");

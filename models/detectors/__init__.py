@@ -29,6 +29,7 @@ class Detection:
     box: tuple[float, float, float, float]  # x1, y1, x2, y2 normalised to 0..1
     keypoints: list[tuple[float, float, float]] | None = None  # x, y normalised, confidence
     track_id: int | None = field(default=None)
+    confirmed: bool | None = field(default=None)  # set by a tracker: whether the track may raise events
 
     def as_message(self) -> dict:
         data: dict = {
@@ -38,6 +39,8 @@ class Detection:
             "box": [round(v, 5) for v in self.box],
             "track_id": self.track_id,
         }
+        if self.confirmed is not None:
+            data["confirmed"] = self.confirmed
         if self.keypoints is not None:
             data["keypoints"] = [[round(x, 5), round(y, 5), round(c, 4)] for x, y, c in self.keypoints]
         return data

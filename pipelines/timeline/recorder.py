@@ -33,6 +33,7 @@ from pipelines.timeline.media import (
     write_snapshot,
 )
 from pipelines.timeline.store import TimelineEntry, TimelineStore
+from pipelines.video.scene import trusted
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,7 @@ class TimelineRecorder:
                     events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any], str]]:
         """Store this frame's events (plus 'object appeared' ones) and start/extend their clip; returns every
         event to send, each with its entry id."""
+        objects = trusted(objects)  # an unconfirmed object is drawn live, never stored or announced
         events = [*events, *self._appeared(objects)]
         self._scene(pts, objects)
         if not events:

@@ -13,6 +13,7 @@ import contextlib
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -57,6 +58,8 @@ def to_bgr(frame: av.VideoFrame) -> np.ndarray:
 
 class InferenceBatcher:
     ACTIVE_WINDOW_S = 2.0  # a stream that submitted this recently is expected to submit again
+    BUSY_WINDOW_S = 2.0  # how far back ``busy`` looks
+    BOOST_MAX_BUSY = 0.5  # a stream may sample faster than its target only while the model is busy less than this
 
     def __init__(self, detector: Detector, *, max_batch: int = 8, max_wait_ms: float = 10.0,
                  nice: int = 0) -> None:
@@ -76,6 +79,7 @@ class InferenceBatcher:
         self._convert = ThreadPoolExecutor(max_workers=2, thread_name_prefix="convert",
                                            initializer=lower_thread_priority, initargs=(nice,))
         self._metrics = telemetry.InferenceMetrics(detector.name)
+        self._batches: deque[tuple[float, float]] = deque()  # (loop time it ended, seconds it took), recent
 
     async def detect(self, frame: av.VideoFrame, stream: int = 0) -> BatchResult:
         """``stream`` identifies the caller, so the batcher knows how many frames a batch can expect."""
@@ -90,6 +94,22 @@ class InferenceBatcher:
         assert self._wakeup is not None
         self._wakeup.set()
         return await future
+
+    @property
+    def busy(self) -> float:
+        """Share of the last ``BUSY_WINDOW_S`` the model spent detecting (0..1)."""
+        if not self._batches:
+            return 0.0
+        since = time.monotonic() - self.BUSY_WINDOW_S
+        while self._batches and self._batches[0][0] < since:
+            self._batches.popleft()
+        return min(1.0, sum(seconds for _, seconds in self._batches) / self.BUSY_WINDOW_S)
+
+    @property
+    def has_headroom(self) -> bool:
+        """Whether a stream may ask for more frames than its target (motion boost) without taking the detector's
+        time from the node's other streams."""
+        return self.busy < self.BOOST_MAX_BUSY
 
     async def offload(self, work: Callable[..., T], *args: Any) -> T:
         """Run light per-frame work (a stream's motion check) on the conversion threads: never on the event loop,
@@ -144,6 +164,7 @@ class InferenceBatcher:
                 continue
             elapsed_ms = (time.perf_counter() - started) * 1000.0
             self._metrics.observe(len(batch), elapsed_ms)
+            self._batches.append((time.monotonic(), elapsed_ms / 1000.0))
             for request, detections in zip(batch, results, strict=True):
                 if not request.future.done():
                     request.future.set_result(BatchResult(detections, elapsed_ms, len(batch)))

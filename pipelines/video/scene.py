@@ -76,6 +76,12 @@ def _people(n: int) -> str:
     return "1 person" if n == 1 else f"{n} people"
 
 
+def trusted(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects that count for the scene (counts, summaries, appearances): all but those a tracker marked
+    unconfirmed (``video.objects``: too weak, or a track whose scores have not reached its threshold yet)."""
+    return [obj for obj in objects if obj.get("confirmed") is not False]
+
+
 def known_in_view(objects: list[dict[str, Any]]) -> list[str]:
     """Who and which of this frame's objects: enrolled people by name, vehicles by plate (and its name)."""
     found = set()

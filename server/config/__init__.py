@@ -125,7 +125,7 @@ class Settings(BaseSettings):
 
     def session_defaults(self) -> SessionConfig:
         return SessionConfig.model_validate(
-            {"video": self.video.model_dump(include={"target_fps", "zones", "lines", "motion"})}
+            {"video": self.video.model_dump(include={"target_fps", "zones", "lines", "motion", "objects"})}
         )
 
     def masked(self) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from pipelines.protocol import LineConfig, MotionConfig, ZoneConfig
+from pipelines.protocol import LineConfig, MotionConfig, ObjectsConfig, ZoneConfig
 from server.config.base import Section
 from server.config.faces import FacesSettings, PlatesSettings
 
@@ -25,5 +25,11 @@ class VideoSettings(Section):
         description="Motion-gated detection, the default for every session/source (a session may override any key "
                     "in its video.motion): the detector runs only on frames with motion, a stream's first frame, and "
                     "every refresh_s while objects are in view; other sampled frames are counted as no_motion.")
+    objects: ObjectsConfig = Field(
+        default_factory=ObjectsConfig,
+        description="Per-label object filters, the default for every session/source (Frigate's): a detection below "
+                    "min_score (or outside min_area..max_area, min_ratio..max_ratio) is never tracked, and a track "
+                    "raises zone and line events, appearances, clips and alerts only once the median of its last "
+                    "scores reaches threshold. Defaults (min_score 0.5, threshold 0.7) chosen by bench/events.py.")
     faces: FacesSettings = Field(default_factory=FacesSettings, description="Face recognition (off by default).")
     plates: PlatesSettings = Field(default_factory=PlatesSettings, description="Licence plates (off by default).")

@@ -142,7 +142,7 @@ def live_page(browser: Any, live_server: VigilProcess) -> Iterator[Any]:
 
 def test_camera_overlay_draws_person_boxes_with_tracks_and_keypoints(live_page: Any) -> None:
     page = live_page
-    # ByteTrack gives an object its id once it has been seen in a few frames.
+    # The tracker gives an object its id from its second sighting.
     wait_for(page, "s.detections.last && s.detections.last.objects.filter("
                    "(o) => o.label === 'person' && o.track_id != null).length >= 3", 60)
     drawn = state(page, "vigilState.drawn")
@@ -155,6 +155,9 @@ def test_camera_overlay_draws_person_boxes_with_tracks_and_keypoints(live_page: 
     canvas = page.locator("#overlay")
     assert int(canvas.get_attribute("data-boxes")) == len(last["objects"])
     assert canvas.get_attribute("data-labels").count("person") == len(people)
+    # Unconfirmed objects (video.objects) are drawn apart (grey, dashed) and counted so.
+    assert int(canvas.get_attribute("data-unconfirmed")) == sum(o.get("confirmed") is False for o in last["objects"])
+    assert all(o.get("confirmed") is not None for o in people), people  # every tracked detection says which
     box = max(people, key=lambda o: o["conf"])["box"]
     alpha = page.evaluate(
         """([x1, y1, y2]) => {

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pipelines.video.tracking import SCORE_HISTORY
 from server.cli.analyze import analyze_file
 from server.config import load_settings
 from server.engines import Engines
@@ -38,9 +39,18 @@ async def _analyze(path: Path, model_pool: Any, **motion: Any) -> tuple[list[dic
 
 
 def _refreshes_only(detections: list[dict]) -> bool:
-    """After the first frame and its confirmation (the next one), detections only REFRESH_S apart."""
+    """After the first frame, its confirmation (the next one) and the sightings that decide a track not trusted yet
+    (video.objects: at most SCORE_HISTORY more, back to back), detections only REFRESH_S apart."""
     pts = [d["pts"] for d in detections]
-    return pts[:2] == [0.0, 0.2] and all(b - a >= REFRESH_S - 1e-6 for a, b in pairwise(pts[1:]))
+    settled = 1
+    while settled + 1 < len(pts) and pts[settled + 1] - pts[settled] < 1 / FPS + 1e-6:
+        settled += 1
+    return (pts[:2] == [0.0, 0.2] and settled <= SCORE_HISTORY + 1
+            and all(b - a >= REFRESH_S - 1e-6 for a, b in pairwise(pts[settled:])))
+
+
+def _entries(events: list[dict]) -> list[tuple[str, str, int]]:
+    return sorted((e["name"], e["data"]["zone"], e["data"]["track_id"]) for e in events)
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +87,14 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 async def test_a_still_noisy_camera_is_detected_on_its_first_frames_and_refreshes_only(clips, model_pool):
     gated, gated_events, counts = await _analyze(clips["still"], model_pool)
     assert _refreshes_only(gated), [d["pts"] for d in gated]
-    assert counts["frames_analyzed"] == len(gated) <= 4 and counts["frames_no_motion"] == 30 - len(gated), counts
+    assert counts["frames_analyzed"] == len(gated) <= 4 + SCORE_HISTORY, counts
+    assert counts["frames_no_motion"] == 30 - len(gated), counts
     assert {o["label"] for d in gated for o in d["objects"]} == {"person"}
     every, every_events, _ = await _analyze(clips["still"], model_pool, enabled=False)
     assert len(every) == 30
-    assert gated_events == every_events and len(gated_events) >= 3  # the people in the zone, entered at 0.2 s
+    # The same people enter (at 0.2 s, once trusted); one scoring near the threshold may be trusted at a later
+    # sighting gated (a refresh) than ungated (every frame).
+    assert _entries(gated_events) == _entries(every_events) and len(gated_events) >= 3
 
 
 async def test_a_slow_light_ramp_and_a_camera_shake_cause_no_motion_storm(clips, model_pool):

@@ -1,9 +1,12 @@
-"""StreamTracker: ids from ByteTrack, zone enter/exit/dwell and line crossings, run-time reconfiguration."""
+"""StreamTracker: ids (Norfair, size-scaled distance), zone enter/exit/dwell and line crossings, the trust rules
+(video.objects), run-time reconfiguration."""
 
 from __future__ import annotations
 
+import pytest
+
 from models.detectors import Detection
-from pipelines.protocol import LineConfig, ZoneConfig
+from pipelines.protocol import LineConfig, ObjectFilter, ObjectsConfig, ZoneConfig
 from pipelines.video.tracking import LOST_TRACK_S, SceneEvent, StreamTracker
 
 W, H, FPS = 640, 480, 5.0
@@ -35,7 +38,7 @@ def test_still_person_keeps_one_id_and_every_detection_is_kept() -> None:
         assert len(dets) == 2
         assert dets[1].track_id is None
         ids.append(dets[0].track_id)
-    assert ids[0] is None or ids[0] == ids[1]  # ByteTrack confirms on the first or second sighting
+    assert ids[0] is None  # an id from the second sighting
     assert ids[1] is not None and ids[1] > 0
     assert set(ids[1:]) == {ids[1]}
 
@@ -66,7 +69,7 @@ def test_box_sliding_through_a_zone_enters_once_and_exits_once_with_its_dwell() 
     assert [e.name for _, e in events] == ["zone.enter", "zone.exit"]
     (enter_at, enter), (exit_at, exit_) = events
     assert abs(enter_at - expected_enter) <= 1 and abs(exit_at - expected_exit) <= 1
-    assert enter.data == {"zone": "middle", "track_id": enter.data["track_id"], "label": "person"}
+    assert enter.data == {"zone": "middle", "track_id": enter.data["track_id"], "label": "person", "score": 0.9}
     assert exit_.data["track_id"] == enter.data["track_id"] and exit_.data["zone"] == "middle"
     assert abs(exit_.data["dwell_s"] - (expected_exit - expected_enter) / FPS) <= 1 / FPS + 1e-9
 
@@ -97,7 +100,7 @@ def test_line_crossing_counts_each_direction_once() -> None:
     back = run(tracker, [[person(c)] for c in reversed(right)], start=20)
     assert [(e.name, e.data["direction"]) for _, e in back] == [("line.cross", "out")]
     assert back[0][1].data == {"line": "door", "track_id": events[0][1].data["track_id"], "label": "person",
-                               "direction": "out"}
+                               "direction": "out", "score": 0.9}
     assert tracker.line_counts == {"door": {"in": 1, "out": 1}}
 
 
@@ -131,3 +134,98 @@ def test_zones_follow_a_change_of_frame_size() -> None:
         assert tracker.update([person(0.3)], 1280, 720, pts=i / FPS) == []
     events = [tracker.update([person(0.75)], 1280, 720, pts=i / FPS) for i in range(6, 9)]
     assert [e.name for frame in events for e in frame] == ["zone.enter"]
+
+
+# ---------------------------------------------------------------- fast objects, trust (video.objects)
+
+
+def test_a_runner_moving_more_than_its_width_between_samples_keeps_one_id_and_enters_once() -> None:
+    tracker = StreamTracker([RIGHT], [DOWN], frame_rate=FPS)
+    width = 0.08  # 51 px at 640
+    centres = [0.05 + 0.15 * i for i in range(7)]  # 96 px a sample: consecutive boxes never overlap
+    frames = [[person(c, conf=0.85, width=width)] for c in centres]
+    events = run(tracker, frames)
+    ids = [f[0].track_id for f in frames]
+    assert ids[0] is None and ids[1] is not None  # an id from the second sighting
+    assert set(ids[1:]) == {ids[1]}
+    assert sorted((e.name, e.data["track_id"]) for _, e in events) == [("line.cross", ids[1]), ("zone.enter", ids[1])]
+    assert all(f[0].confirmed for f in frames[1:])
+
+
+def test_an_iou_tracker_would_lose_that_runner() -> None:
+    """The runner above moves 1.9 widths a sample: its boxes never overlap, which is what made ByteTrack (IoU)
+    start a new track at every sighting. A sprint of 3 widths a sample is beyond the size-scaled gate too."""
+    tracker = StreamTracker([], [], frame_rate=FPS)
+    frames = [[person(0.05 + 0.3 * i, conf=0.85, width=0.1)] for i in range(4)]
+    run(tracker, frames)
+    assert {f[0].track_id for f in frames} == {None}
+
+
+def test_a_weak_detection_on_the_background_is_shown_but_never_tracked_nor_raises_events() -> None:
+    tracker = StreamTracker([RIGHT], [DOWN], frame_rate=FPS)
+    frames = [[person(0.45 + 0.02 * i, conf=0.26)] for i in range(20)]  # drifts across the line into the zone
+    events = run(tracker, frames)
+    assert events == []
+    assert all(f[0].track_id is None and f[0].confirmed is False for f in frames)
+    assert tracker.occupancy == {"right": []} and tracker.line_counts == {"door": {"in": 0, "out": 0}}
+
+
+def test_a_track_raises_events_only_once_its_median_score_reaches_the_threshold() -> None:
+    tracker = StreamTracker([RIGHT], [], frame_rate=FPS)
+    # The first sighting (no id yet) is not in the history; the median of the rest reaches 0.7 at the 7th: 0.76.
+    scores = [0.55, 0.6, 0.58, 0.62, 0.9, 0.92, 0.95, 0.9]
+    frames = [[person(0.75, conf=score)] for score in scores]
+    events = run(tracker, frames)
+    confirmed = [f[0].confirmed for f in frames]
+    assert confirmed == [False] * 6 + [True] * 2
+    assert [(i, e.name, e.data["score"]) for i, e in events] == [(6, "zone.enter", 0.95)]  # the best score so far
+    assert frames[1][0].track_id is not None  # tracked (an id) while unconfirmed
+
+
+def test_per_label_filters_replace_the_default_for_their_label() -> None:
+    lenient = ObjectsConfig(filters={"person": ObjectFilter(min_score=0.2, threshold=0.25)})
+    tracker = StreamTracker([RIGHT], [], frame_rate=FPS, objects=lenient)
+    events = run(tracker, [[person(0.75, conf=0.3)] for _ in range(3)])
+    assert [e.name for _, e in events] == ["zone.enter"]
+
+    cats_only = ObjectsConfig(default=ObjectFilter(min_score=0.99))  # any label but cat: never tracked
+    tracker.configure([RIGHT], [], FPS, objects=cats_only)
+    cat = Detection(label="cat", class_id=15, conf=0.9, box=(0.1, 0.5, 0.2, 0.6))
+    dog = Detection(label="dog", class_id=16, conf=0.9, box=(0.3, 0.5, 0.4, 0.6))
+    assert tracker.update([cat, dog], W, H, pts=1.0) == [] and dog.confirmed is False
+
+
+@pytest.mark.parametrize(("rule", "tracked"), [
+    (ObjectFilter(min_area=0.06), False),  # the box is 0.1 x 0.5 = 0.05 of the frame
+    (ObjectFilter(max_area=0.04), False),
+    (ObjectFilter(min_area=0.04, max_area=0.06), True),
+    (ObjectFilter(min_ratio=0.5), False),  # width / height = 64 / 240 px = 0.27
+    (ObjectFilter(max_ratio=0.2), False),
+    (ObjectFilter(min_ratio=0.2, max_ratio=0.3), True),
+])
+def test_area_and_ratio_bounds_decide_what_is_tracked(rule: ObjectFilter, tracked: bool) -> None:
+    tracker = StreamTracker([], [], frame_rate=FPS, objects=ObjectsConfig(default=rule))
+    frames = [[person(0.5)] for _ in range(3)]
+    run(tracker, frames)
+    assert (frames[-1][0].track_id is not None) is tracked
+
+
+def test_two_people_crossing_each_other_keep_their_ids() -> None:
+    tracker = StreamTracker([], [], frame_rate=FPS)
+    a_ids, b_ids = [], []
+    for i in range(15):
+        a, b = person(0.15 + 0.05 * i, width=0.12), person(0.85 - 0.05 * i, width=0.12)  # they meet at i = 7
+        tracker.update([b, a], W, H, pts=i / FPS)
+        a_ids.append(a.track_id)
+        b_ids.append(b.track_id)
+    assert set(a_ids[1:]) == {a_ids[1]} and set(b_ids[1:]) == {b_ids[1]} and a_ids[1] != b_ids[1]
+
+
+def test_a_faster_rate_keeps_a_lost_track_for_the_same_seconds() -> None:
+    tracker = StreamTracker([LEFT], [], frame_rate=FPS)
+    run(tracker, [[person(0.25)] for _ in range(3)])
+    tracker.set_rate(2 * FPS)  # boosted: twice the updates for the same LOST_TRACK_S
+    gone = [tracker.update([], W, H, pts=1 + i / (2 * FPS)) for i in range(int(LOST_TRACK_S * 2 * FPS) - 2)]
+    assert not any(gone) and tracker.occupancy["left"]
+    gone = [tracker.update([], W, H, pts=3 + i / (2 * FPS)) for i in range(6)]
+    assert [e.name for frame in gone for e in frame] == ["zone.exit"]
