@@ -346,6 +346,9 @@ async def test_deleting_a_person_forgets_their_name_everywhere_and_keeps_their_f
             db.close()
         counts = await server.app[MEMORY].counts()
         assert counts[0] == counts[1], counts  # one vector per entry: the old ones went
+        # Nor do the files keep it: rows rewritten with secure_delete, the FTS5 index merged, the WALs truncated
+        files = [*memory_dir.glob("entries.sqlite3*"), *(tmp_path / "timeline").glob("timeline.db*")]
+        assert len(files) >= 2 and [f.name for f in files if b"Barack" in f.read_bytes()] == [], files
 
         async with http.delete(f"{server.url}/api/faces/Barack") as response:
             assert response.status == 404  # nothing left to forget
