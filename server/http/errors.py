@@ -38,10 +38,11 @@ HTTP_STATUS: dict[str, int] = {
     "source_on_other_node": 409, "voice_disabled": 409,
     "body_too_large": 413, "file_too_large": 413, "query_too_long": 413, "document_too_large": 413,
     "unsupported_media_type": 415,
+    "request_timeout": 408,
     "range_not_satisfiable": 416,
     "invalid_body": 422,
     "too_many_requests": 429, "too_many_sessions": 429, "too_many_sources": 429, "rate_limit_exceeded": 429,
-    "too_many_offers": 429, "too_many_conversations": 429, "client_not_reading": 429,
+    "too_many_offers": 429, "too_many_conversations": 429, "client_not_reading": 429, "too_many_connections": 429,
     "internal": 500,
     "unavailable": 503, "server_busy": 503, "model_unavailable": 503, "rate_limiter_unavailable": 503,
     "job_store_in_use": 503, "job_store_unavailable": 503, "storage_unavailable": 503, "memory_disabled": 503,
@@ -58,7 +59,7 @@ OPENAI_TYPE_FOR_CODE: dict[str, str] = {"model_not_found": "invalid_request_erro
 # aiohttp's own exceptions (no route, wrong method, body over client_max_size) by status -> code
 CODE_FOR_STATUS: dict[int, str] = {
     400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-    409: "conflict", 413: "body_too_large", 415: "unsupported_media_type", 422: "invalid_body",
+    408: "request_timeout", 409: "conflict", 413: "body_too_large", 415: "unsupported_media_type", 422: "invalid_body",
     429: "too_many_requests", 503: "unavailable",
 }
 AUTH_CODES = frozenset({"unauthorized", "invalid_api_key"})

@@ -390,3 +390,130 @@ async def test_an_error_past_every_middleware_is_a_json_500_without_a_traceback(
                                               "message": "internal server error; see the server log"}}
     finally:
         await runner.cleanup()
+
+
+# ---------------------------------------------------------------- slow clients (issue 32, item 4)
+
+HALF_OFFER_HEAD = b"POST /offer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appli"  # half of /offer's headers
+LIMITS = {"header_timeout_s": 1.0, "body_timeout_s": 1.0}
+
+
+async def _connect(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = url.removeprefix("http://").split(":")
+    return await asyncio.open_connection(host, int(port))
+
+
+async def _until_closed(reader: asyncio.StreamReader, within: float) -> bytes:
+    """All the server sends until it closes the connection (which it must do within ``within`` seconds)."""
+    async with asyncio.timeout(within):
+        return await reader.read()
+
+
+def _json_error(answer: bytes) -> tuple[bytes, dict]:
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert b"Content-Type: application/json" in head, answer
+    return head.split(b"\r\n")[0], json.loads(payload)
+
+
+async def test_connections_that_send_half_their_headers_are_answered_408_and_closed(vigil):
+    server = await vigil(server=LIMITS)
+    connections = [await _connect(server.url) for _ in range(40)]
+    for _, writer in connections:
+        writer.write(HALF_OFFER_HEAD)
+    started = asyncio.get_running_loop().time()
+    answers = await asyncio.gather(*(_until_closed(reader, 8) for reader, _ in connections))
+    waited = asyncio.get_running_loop().time() - started
+    for _, writer in connections:
+        writer.close()
+    assert 0.8 < waited < 8, waited  # none before the limit, all soon after it
+    for answer in answers:
+        status, body = _json_error(answer)
+        assert status == b"HTTP/1.1 408 Request Timeout" and body["error"]["code"] == "request_timeout", answer
+    # A connection that says nothing at all is closed too (quietly); one that trickles a byte at a time as well.
+    silent_reader, silent = await _connect(server.url)
+    trickle_reader, trickle = await _connect(server.url)
+    for byte in HALF_OFFER_HEAD[:6]:  # a byte each 0.1 s: the clock runs from the connection, not the last byte
+        trickle.write(bytes([byte]))
+        await asyncio.sleep(0.1)
+    assert await _until_closed(silent_reader, 8) == b""
+    status, _ = _json_error(await _until_closed(trickle_reader, 8))
+    assert status.endswith(b" 408 Request Timeout")
+    silent.close()
+    trickle.close()
+    # Clients that send whole requests are not affected: keep-alive requests, and a WebSocket kept past the limits.
+    async with aiohttp.ClientSession() as http:
+        for _ in range(3):
+            async with http.get(server.url + "/healthz") as response:
+                assert response.status == 200
+            await asyncio.sleep(0.6)  # 1.8 s on one keep-alive connection, longer than header_timeout_s
+        async with http.post(f"{server.url}/api/sources", json={"path": "long.mp4", "loop": True}) as response:
+            source = await response.json()
+        async with http.ws_connect(f"{server.url}/api/sources/{source['id']}/results") as ws:
+            await asyncio.sleep(2.5)
+            await ws.send_str(json.dumps({"v": 1, "type": "ping", "id": "late"}))
+            async with asyncio.timeout(10):
+                while (message := json.loads((await ws.receive()).data))["type"] != "pong":
+                    pass
+            assert message["id"] == "late"
+        async with http.delete(f"{server.url}/api/sources/{source['id']}") as response:
+            assert response.status == 204
+
+
+async def test_a_body_sent_a_byte_at_a_time_gets_408_and_the_connection_is_closed(vigil):
+    server = await vigil(server=LIMITS)
+    body = json.dumps({"path": "long.mp4"}).encode()
+    reader, writer = await _connect(server.url)
+    writer.write(b"POST /api/sources HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body))
+
+    async def trickle() -> None:
+        for byte in body[:-1]:  # never the last byte: the body is never complete
+            writer.write(bytes([byte]))
+            await asyncio.sleep(0.2)
+
+    sender = asyncio.create_task(trickle())
+    try:
+        answer = await _until_closed(reader, 8)
+    finally:
+        sender.cancel()
+        writer.close()
+    status, error = _json_error(answer)
+    assert status == b"HTTP/1.1 408 Request Timeout" and error["error"]["code"] == "request_timeout", answer
+    assert "body_timeout_s" in error["error"]["message"]
+    async with aiohttp.ClientSession() as http, http.get(f"{server.url}/api/sources") as response:
+        assert (await response.json())["sources"] == []  # nothing was started from half a body
+    # A body longer than body_timeout_s at a fair rate (4 KB/s, over body_min_rate_bytes_s) is read and acted on.
+    padded = body[:-1] + b" " * 12_000 + b"}"
+    reader, writer = await _connect(server.url)
+    writer.write(b"POST /api/sources HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(padded))
+    for start in range(0, len(padded), 400):
+        writer.write(padded[start:start + 400])
+        await asyncio.sleep(0.1)
+    answer = await _until_closed(reader, 10)
+    writer.close()
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 201"), answer
+    async with aiohttp.ClientSession() as http, http.delete(
+            f"{server.url}/api/sources/{json.loads(payload)['id']}") as response:
+        assert response.status == 204
+
+
+async def test_one_address_holds_at_most_max_connections_per_address(vigil):
+    server = await vigil(server={"max_connections_per_address": 5, "header_timeout_s": 30})
+    held = [await _connect(server.url) for _ in range(5)]
+    reader, extra = await _connect(server.url)
+    status, body = _json_error(await _until_closed(reader, 8))
+    extra.close()
+    assert status == b"HTTP/1.1 429 Too Many Requests" and body["error"]["code"] == "too_many_connections", body
+    for _, writer in held[:2]:  # two leave: two may come
+        writer.close()
+        await writer.wait_closed()
+    async with asyncio.timeout(5):
+        while True:
+            answer = await _raw_http(server.url, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            if answer.startswith(b"HTTP/1.1 200"):
+                break
+            await asyncio.sleep(0.1)  # the server sees the close a moment later
+    for _, writer in held[2:]:
+        writer.close()
