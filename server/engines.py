@@ -32,7 +32,7 @@ from models.vad import SileroVadModel
 from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import InferenceBatcher
 from pipelines.video.faces import FaceGallery, FaceRecognizer, StreamFaces
-from pipelines.video.plates import PlateReader, StreamPlates
+from pipelines.video.plates import PlateReader, StreamPlates, detector_labels, label_problems
 from pipelines.voice.config import VoiceLoopConfig
 from pipelines.voice.loop import VoiceEngine, VoiceLoop
 from pipelines.voice.recall import ContextProvider
@@ -152,9 +152,16 @@ class Engines:
         closers: list[Callable[[], Awaitable[None]]] = []
         if settings.models.detector.backend != "none":
             batcher = build_batcher(settings)
+            if settings.video.plates.enabled:  # labels the detector cannot give are named now, not never read
+                for problem in label_problems(settings.video.plates.labels, batcher.detector.name,
+                                              *detector_labels(batcher.detector)):
+                    log.warning("%s", problem)
             annotators = self._annotators()
             video = lambda: DetectorVideoAnalyzer(batcher, [make() for make in annotators])  # noqa: E731
             closers.append(batcher.close)
+        elif settings.video.plates.enabled:
+            log.warning("video.plates.enabled: models.detector.backend is 'none': no vehicle is ever detected, so no "
+                        "plate will be read")
         if settings.voice.enabled:
             engine = self.voice_engine()
             audio = VoiceLoops(engine, settings)

@@ -29,6 +29,7 @@ class OpenCvSsdDetector:
         self.net = cv2.dnn.readNetFromTensorflow(str(graph), str(text))
         self.device, self.conf = device, conf
         self.classes = set(classes) if classes else None
+        self.names = COCO90  # the labels it can report (before ``classes``), as the YOLO backends' ``names``
         self.name = "ssd_mobilenet_v2_coco"
         self.detect([np.zeros((INPUT_SIZE, INPUT_SIZE, 3), np.uint8)])  # warm-up
 

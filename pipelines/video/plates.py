@@ -6,12 +6,15 @@ the plates thread (never the event loop; ``pipelines.video.looks``). Of the line
 plate (4-10 letters and digits, at least one digit, once spaces and dashes are dropped) are candidates, and each
 track keeps its best reading (highest confidence) as ``plate``, with the name of a known plate
 (``video.plates.known``). A track whose best reading reached ``settle_score`` is not read again.
+
+What cannot work is refused or named at start-up (issue 32): ``check_known`` (a known plate the reader can never read,
+two names for one plate) and ``label_problems`` (plate labels the app's detector does not have, or none at all).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +29,7 @@ from pipelines.video.looks import TrackLooks
 
 _NOT_PLATE = re.compile(r"[^A-Z0-9]")
 _PLATE = re.compile(r"^(?=.*\d)[A-Z0-9]{4,10}$")
+PLATE_RULE = "4-10 letters and digits with at least one digit, once spaces, dashes and case are dropped"
 MIN_CROP_PX = 32
 
 
@@ -46,6 +50,53 @@ class PlateSettings:
 def normalise_plate(text: str) -> str:
     """Upper case, letters and digits only: 'ab 12-cd' -> 'AB12CD' (how plates are compared and searched)."""
     return _NOT_PLATE.sub("", text.upper())
+
+
+def check_known(known: Mapping[str, str]) -> None:
+    """Raises ValueError naming the plate when a known plate can never be read (it is not ``PLATE_RULE``: the
+    reader keeps only such lines) or when two known plates are one once normalised but have different names."""
+    named: dict[str, str] = {}  # normalised -> the plate as written
+    for plate, name in known.items():
+        text = normalise_plate(plate)
+        if not _PLATE.match(text):
+            raise ValueError(f"{plate!r} can never be read as a plate: a plate is {PLATE_RULE}")
+        if text in named and known[named[text]] != name:
+            raise ValueError(f"{named[text]!r} and {plate!r} are one plate ({text}) once spaces, dashes and case are "
+                             f"dropped, with two names ({known[named[text]]!r}, {name!r}): keep one")
+        named[text] = plate
+
+
+def detector_labels(detector: object) -> tuple[frozenset[str] | None, bool]:
+    """The labels a loaded detector can report (its class names, less those its ``classes`` filter drops; None when
+    it does not say), and whether a ``classes`` filter dropped any."""
+    names = getattr(detector, "names", None)  # openvino, triton, opencv-ssd: {class id: name}
+    if names is None:
+        names = getattr(getattr(detector, "model", None), "names", None)  # ultralytics
+    if not isinstance(names, Mapping) or not names:
+        return None, False
+    classes = getattr(detector, "classes", None)
+    kept = {int(k): str(v) for k, v in names.items() if classes is None or int(k) in set(classes)}
+    return frozenset(kept.values()), len(kept) < len(names)
+
+
+def label_problems(labels: Collection[str], detector_name: str, available: frozenset[str] | None,
+                   filtered: bool = False) -> list[str]:
+    """What ``video.plates.labels`` asks of a detector that reports ``available`` (None: unknown, nothing to say),
+    as warnings naming the key: labels it does not have, or no vehicle at all (then no plate is ever read)."""
+    if available is None:
+        return []
+    missing = [label for label in labels if label not in available]
+    if len(missing) == len(labels):
+        where = " (models.detector.classes keeps only these)" if filtered else ""
+        shown = ", ".join(sorted(available)[:12]) + (", ..." if len(available) > 12 else "")
+        return [f"video.plates.enabled: the detector {detector_name} has no vehicle of video.plates.labels "
+                f"({', '.join(labels)}); its labels: {shown}{where}. No plate will be read: use a detector with "
+                "vehicles (models.detector.backend: opencv-ssd, or COCO YOLO weights)"]
+    if missing:
+        read = ", ".join(label for label in labels if label not in missing)
+        return [f"video.plates.labels: {', '.join(repr(label) for label in missing)} not a label of the detector "
+                f"{detector_name}: no such track ever comes (plates are read for {read} only)"]
+    return []
 
 
 @dataclass(frozen=True, slots=True)

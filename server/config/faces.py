@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from models.faces import FACE_MODELS
 from models.plates import TEXT_READERS
+from pipelines.video.plates import check_known
 from server.config.base import Section
 
 FaceModel = FACE_MODELS.config_type()  # default dlib, as server.config.models names its kinds' unions
@@ -51,9 +52,22 @@ class PlatesSettings(Section):
     max_wait_s: float = Field(0.25, ge=0, le=10, description=(
         "How long a frame waits for its stream's reading; a longer one is applied to a later frame."))
     min_score: float = Field(0.6, ge=0, le=1, description="Readings below this confidence are ignored.")
-    settle_score: float = Field(0.95, ge=0, le=1, description="A track read this confidently is not read again.")
+    settle_score: float = Field(0.95, ge=0, le=1, description=(
+        "A track read this confidently is not read again; not below min_score (a reading under min_score is never "
+        "kept, so it could not settle anything)."))
     known: dict[str, str] = Field(default_factory=dict, description=(
-        "Known plates and their names, e.g. {'AB12CDE': \"Alice's car\"}; compared without spaces, dashes or case."))
+        "Known plates and their names, e.g. {'AB12CDE': \"Alice's car\"}; compared without spaces, dashes or case, "
+        "so each must be 4-10 letters and digits with a digit once those are dropped (what the reader keeps), and "
+        "two spellings of one plate may not have two names."))
+
+    @field_validator("settle_score")
+    @classmethod
+    def _settle(cls, value: float, info: ValidationInfo) -> float:
+        min_score = info.data.get("min_score")
+        if min_score is not None and value < min_score:
+            raise ValueError(f"settle_score {value} is below min_score {min_score}: a reading under min_score is "
+                             "never kept, so nothing would settle a track below it; set settle_score >= min_score")
+        return value
 
     @field_validator("known")
     @classmethod
@@ -62,4 +76,5 @@ class PlatesSettings(Section):
             if not any(c.isalnum() for c in plate) or not 0 < len(plate) <= 32 or not 0 < len(str(name)) <= 100:
                 raise ValueError(f"known: {plate!r}: a plate of 1-32 characters with letters or digits, a name of "
                                  "1-100 characters")
+        check_known(value)
         return value
