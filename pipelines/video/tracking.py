@@ -69,6 +69,7 @@ class _Occupant:
 class _TrackScore:
     """What the trust rule keeps of one track: its last scores, its best, whether it was ever confirmed."""
 
+    first: tuple[Detection, float] | None = None  # the sighting before the track had an id, and its pts
     scores: deque[float] = field(default_factory=lambda: deque(maxlen=SCORE_HISTORY))
     best: float = 0.0
     confirmed: bool = False
@@ -128,6 +129,7 @@ class StreamTracker:
         self._tracker.distance_function = VectorizedDistance(size_scaled_distance)
         self._objects = objects or ObjectsConfig()
         self._scores: dict[int, _TrackScore] = {}  # track id -> its trust state
+        self._first: dict[int, tuple[Detection, float]] = {}  # Norfair's initializing id -> the first sighting
         self._update_count = 0
         self._zones: list[ZoneConfig] = []
         self._lines: list[LineConfig] = []
@@ -190,27 +192,50 @@ class StreamTracker:
                 candidates.append(NorfairDetection(points, label=det.label, data=(frame, index)))
         self._tracker.update(candidates)
 
-        rows: list[tuple[int, Detection, bool]] = []  # (track id, its detection this frame, confirmed)
+        trusted: list[tuple[int, Detection]] = []  # confirmed tracks seen now, with their detection
+        newly: list[tuple[int, Detection, float]] = []  # tracks trusted from now on: (id, first sighting, its pts)
         alive: set[int] = set()
+        initializing: set[int] = set()
         for obj in self._tracker.tracked_objects:
-            if obj.id is None or not obj.hit_counter_is_positive:
-                continue  # still initialising (seen once), or dropped at the next update
-            alive.add(obj.id)
             seen_frame, index = obj.last_detection.data
+            if obj.id is None:  # seen once: remember where, so a track trusted later starts from there
+                initializing.add(obj.initializing_id)
+                if seen_frame == frame and obj.initializing_id not in self._first:
+                    self._first[obj.initializing_id] = (detections[index], pts)
+                continue
+            if not obj.hit_counter_is_positive:
+                continue  # dropped at the next update
+            alive.add(obj.id)
             if seen_frame != frame:
                 continue  # alive but not seen now (occluded, or gone and not yet dropped)
             det = detections[index]
-            state = self._scores.setdefault(obj.id, _TrackScore())
+            state = self._scores.get(obj.id)
+            if state is None:
+                state = self._scores[obj.id] = _TrackScore(first=self._first.pop(obj.initializing_id, None))
+            was_confirmed = state.confirmed
             det.track_id = obj.id
             det.confirmed = state.add(det.conf, self._objects.of(det.label))
-            rows.append((obj.id, det, det.confirmed))
+            if det.confirmed:
+                trusted.append((obj.id, det))
+                if not was_confirmed and state.first is not None:
+                    newly.append((obj.id, *state.first))
         for track_id in [t for t in self._scores if t not in alive]:
             del self._scores[track_id]
+        for key in [k for k in self._first if k not in initializing]:
+            del self._first[key]
 
-        trusted = [(track_id, det) for track_id, det, confirmed in rows if confirmed]
         tracked = _sv_detections(trusted, width, height)
+        # A track newly trusted starts where it was first seen: a runner seen once inside the zone and next
+        # beyond it entered and left it; one first seen left of a line and now right of it crossed it.
+        firsts = _sv_detections([(track_id, det) for track_id, det, _ in newly], width, height)
         events: list[SceneEvent] = []
         for zone, sv_zone, inside in zip(self._zones, self._sv_zones, self._inside, strict=True):
+            if newly:
+                for (track_id, det, first_pts), hit in zip(newly, sv_zone.trigger(firsts), strict=True):
+                    if hit and track_id not in inside:
+                        inside[track_id] = _Occupant(first_pts, first_pts, det.label)
+                        events.append(SceneEvent("zone.enter", {"zone": zone.name, "track_id": track_id,
+                                                                "label": det.label, "score": self._best(track_id)}))
             hits = sv_zone.trigger(tracked) if trusted else []
             seen: set[int] = set()
             for (track_id, det), hit in zip(trusted, hits, strict=True):
@@ -231,6 +256,8 @@ class StreamTracker:
         for line, sv_line, counts in zip(self._lines, self._sv_lines, self._counts, strict=True):
             if sv_line is None or not trusted:
                 continue
+            if newly:
+                sv_line.trigger(firsts)  # the side each newly trusted track started on
             crossed_in, crossed_out = sv_line.trigger(tracked)
             for (track_id, det), went_in, went_out in zip(trusted, crossed_in, crossed_out, strict=True):
                 if not (went_in or went_out):

@@ -86,7 +86,8 @@ def test_vanished_track_leaves_the_zone_once_the_tracker_drops_it() -> None:
     assert [e.name for _, e in gone] == ["zone.exit"]
     exit_ = gone[0][1]
     assert exit_.data["track_id"] == track_id
-    assert abs(exit_.data["dwell_s"] - (4 - events[0][0]) / FPS) < 1e-6  # to the last frame it was seen in
+    # From its first sighting (inside already) to the last frame it was seen in.
+    assert abs(exit_.data["dwell_s"] - 4 / FPS) < 1e-6
     assert tracker.occupancy == {"left": []}
 
 
@@ -229,3 +230,26 @@ def test_a_faster_rate_keeps_a_lost_track_for_the_same_seconds() -> None:
     assert not any(gone) and tracker.occupancy["left"]
     gone = [tracker.update([], W, H, pts=3 + i / (2 * FPS)) for i in range(6)]
     assert [e.name for frame in gone for e in frame] == ["zone.exit"]
+
+
+def test_a_track_trusted_from_its_second_sighting_starts_where_it_was_first_seen() -> None:
+    """A runner seen once inside the zone and right of the line, then already beyond both: it entered and left the
+    zone and crossed the line, though no two sightings with an id were on either side."""
+    tracker = StreamTracker([RIGHT], [DOWN], frame_rate=FPS)
+    frames = [[person(c, conf=0.85, width=0.08)] for c in (0.66, 0.49)]  # 109 px apart, right to left
+    events = run(tracker, frames)
+    track_id = frames[1][0].track_id
+    assert track_id is not None
+    assert sorted((e.name, e.data.get("direction")) for _, e in events) == [
+        ("line.cross", "out"), ("zone.enter", None), ("zone.exit", None)]
+    exit_ = next(e for _, e in events if e.name == "zone.exit")
+    assert exit_.data["dwell_s"] == 1 / FPS  # from the first sighting to the one outside
+
+
+def test_a_new_object_missing_from_the_next_frame_is_forgotten_quietly() -> None:
+    """Seen once (no id yet), then not in the next frame, which has fewer detections: nothing of the earlier frame
+    is read from the new one, and it never becomes a track."""
+    tracker = StreamTracker([RIGHT], [], frame_rate=FPS)
+    events = run(tracker, [[person(0.2), person(0.8)], [person(0.2)], [person(0.2)], [person(0.2)]])
+    assert events == []
+    assert tracker.unconfirmed == 0 and tracker.occupancy == {"right": []}
