@@ -33,7 +33,7 @@ from server import __version__
 from server.allocator import HeapTrimmer
 from server.config import Settings
 from server.media.admission import LoopLoadMonitor
-from server.media.jitter import lower_audio_latency
+from server.media.jitter import release_backlog
 from server.media.rtc_release import release_peer_connection
 from server.metrics import SESSIONS
 
@@ -270,8 +270,7 @@ class SessionRegistry(PipelineHost):
             if track.kind not in ("audio", "video"):
                 return
             pipeline.add_track(track.kind)
-            if track.kind == "audio":
-                lower_audio_latency(pc, track)
+            release_backlog(pc, track)  # no standing backlog in the jitter buffer (issue 32, item 5)
             if track.kind == "audio" and pipeline.audio_output is not None:
                 pc.addTrack(pipeline.audio_output)  # replies go back on the same (sendrecv) transceiver
             feed = pipeline.feed_video if track.kind == "video" else pipeline.feed_audio

@@ -9,6 +9,7 @@ import aiohttp
 from aiortc.contrib.media import MediaPlayer
 
 from server.cli.client import VigilClient
+from server.media.jitter import DrainingDecoderQueue, DrainingJitterBuffer
 
 
 def _session_tasks(session_id: str) -> list[asyncio.Task]:
@@ -33,9 +34,13 @@ async def test_stream_file_gets_hello_and_counts_then_delete_frees_everything(vi
     counts = metrics["media"]
     assert counts["video"]["frames_sampled"] <= counts["video"]["frames_in"]
     assert counts["audio"]["samples_in"] > 0
-    # Inbound audio is released one packet after it arrives (server/media/jitter.py), not aiortc's four.
-    (audio_receiver,) = [r for r in server.sessions.sessions[session_id].pc.getReceivers() if r.track.kind == "audio"]
-    assert audio_receiver._RTCRtpReceiver__jitter_buffer._prefetch == 1
+    # Inbound audio is released one packet after it arrives (server/media/jitter.py), not aiortc's four, and no
+    # track keeps a backlog in its jitter buffer (issue 32, item 5): this aiortc's receivers have the parts replaced.
+    receivers = {r.track.kind: r for r in server.sessions.sessions[session_id].pc.getReceivers()}
+    assert receivers["audio"]._RTCRtpReceiver__jitter_buffer._prefetch == 1
+    for receiver in receivers.values():
+        assert isinstance(receiver._RTCRtpReceiver__jitter_buffer, DrainingJitterBuffer)
+        assert isinstance(receiver._RTCRtpReceiver__decoder_queue, DrainingDecoderQueue)
 
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{server.url}/api/sessions") as response:
