@@ -6,6 +6,8 @@ Gating (``video.motion``, on by default): a sampled frame goes to the detector w
 * it shows motion (``pipelines.video.motion``: checked on a small grey copy, on the batcher's conversion threads),
 * the last detection started a new track (the tracker gives an id from the second sighting: the next frame
   confirms it, so a still object's id and ``zone.enter`` come as early as ungated),
+* a track was moving at the last detection (a runner leaves no mark on the motion background, so its leaving the
+  view shows no motion; the tracker finds it lost at the next detection, as it would ungated),
 * a track is not trusted yet and its score history is still filling (``video.objects``: the next sightings decide
   it, as they would ungated),
 * a confirmed track was lost by the last detection and not yet dropped (an object left or is occluded: follow it
@@ -105,6 +107,7 @@ class DetectorVideoAnalyzer:
         motion = await self.batcher.offload(self.motion.check, sampled.frame, sampled.pts)
         self._moving = motion.moving
         tracker = self.tracker
-        if self._last_detected is None or motion.moving or tracker.lost or tracker.unconfirmed or tracker.undecided:
+        if (self._last_detected is None or motion.moving or tracker.lost or tracker.unconfirmed or tracker.undecided
+                or tracker.moving):
             return True
         return self._objects_in_view and sampled.pts - self._last_detected >= self._motion_config.refresh_s

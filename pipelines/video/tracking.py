@@ -46,6 +46,8 @@ from pipelines.protocol import LineConfig, ObjectFilter, ObjectsConfig, ZoneConf
 LOST_TRACK_S = 2.0  # how long a vanished track keeps its id (and its zone membership) before it is dropped
 MAX_DISTANCE = 2.5  # association gate, in box sizes (Frigate's default): ~2 widths a sample is a sprint at 5 fps
 SCORE_HISTORY = 10  # scores whose median confirms a track (Frigate's)
+EDGE_PX = 2.0  # a box this close to the frame's edge is cut by it
+MOVING_WIDTHS = 0.05  # a track moving faster than this share of its width an update is followed frame by frame
 _ANCHOR = (sv.Position.BOTTOM_CENTER,)
 # Velocity is unknown at a track's birth: a large prior lets the second sighting set it (Norfair's default, 1, makes
 # the filter believe a runner stands still for several samples).
@@ -82,19 +84,31 @@ class _TrackScore:
         return self.confirmed
 
 
-def size_scaled_distance(candidates: np.ndarray, estimates: np.ndarray) -> np.ndarray:
+def size_scaled_distance(candidates: np.ndarray, estimates: np.ndarray, width: float = math.inf,
+                         height: float = math.inf) -> np.ndarray:
     """Frigate's association distance, for every (detection, track) pair of one label: the bottom-centre's move in
     the predicted box's widths and heights, plus the relative change of width and height (a box twice as big is
-    another object even at the same place). Rows are boxes as ``x1, y1, x2, y2`` in pixels."""
+    another object even at the same place). Rows are boxes as ``x1, y1, x2, y2`` in pixels of a ``width`` x
+    ``height`` frame. A box cut by the frame's edge says nothing of its object's size: a runner entering the view
+    grows from a sliver to its width in two samples, so the size change along that axis is left out and the move is
+    measured in the larger box."""
     det = candidates[:, None, :]
     est = estimates[None, :, :]
     est_w, est_h = np.maximum(est[..., 2] - est[..., 0], 1.0), np.maximum(est[..., 3] - est[..., 1], 1.0)
     det_w, det_h = np.maximum(det[..., 2] - det[..., 0], 1.0), np.maximum(det[..., 3] - det[..., 1], 1.0)
-    dx = ((det[..., 0] + det[..., 2]) - (est[..., 0] + est[..., 2])) / 2 / est_w
-    dy = (det[..., 3] - est[..., 3]) / est_h
-    width_change = np.maximum(est_w, det_w) / np.minimum(est_w, det_w) - 1.0
-    height_change = np.maximum(est_h, det_h) / np.minimum(est_h, det_h) - 1.0
+    cut_x = _at_edge(det[..., 0], det[..., 2], width) | _at_edge(est[..., 0], est[..., 2], width)
+    cut_y = _at_edge(det[..., 1], det[..., 3], height) | _at_edge(est[..., 1], est[..., 3], height)
+    # The move is measured in the object's size: where a box is cut, the larger of the two is the nearer to it.
+    dx = ((det[..., 0] + det[..., 2]) - (est[..., 0] + est[..., 2])) / 2 / np.where(cut_x, np.maximum(est_w, det_w),
+                                                                                 est_w)
+    dy = (det[..., 3] - est[..., 3]) / np.where(cut_y, np.maximum(est_h, det_h), est_h)
+    width_change = np.where(cut_x, 0.0, np.maximum(est_w, det_w) / np.minimum(est_w, det_w) - 1.0)
+    height_change = np.where(cut_y, 0.0, np.maximum(est_h, det_h) / np.minimum(est_h, det_h) - 1.0)
     return np.sqrt(dx * dx + dy * dy + width_change * width_change + height_change * height_change)
+
+
+def _at_edge(low: np.ndarray, high: np.ndarray, size: float) -> np.ndarray:
+    return (low <= EDGE_PX) | (high >= size - EDGE_PX)
 
 
 def passes(rule: ObjectFilter, detection: Detection) -> bool:
@@ -126,7 +140,7 @@ class StreamTracker:
             filter_factory=_FILTER,
             past_detections_length=0,
         )
-        self._tracker.distance_function = VectorizedDistance(size_scaled_distance)
+        self._tracker.distance_function = VectorizedDistance(self._distance)
         self._objects = objects or ObjectsConfig()
         self._scores: dict[int, _TrackScore] = {}  # track id -> its trust state
         self._first: dict[int, tuple[Detection, float]] = {}  # Norfair's initializing id -> the first sighting
@@ -158,6 +172,10 @@ class StreamTracker:
             self._lines = list(lines)
             self._counts = [{"in": 0, "out": 0} for _ in self._lines]
             self._size = None
+
+    def _distance(self, candidates: np.ndarray, estimates: np.ndarray) -> np.ndarray:
+        width, height = self._size or (math.inf, math.inf)
+        return size_scaled_distance(candidates, estimates, width, height)
 
     def set_rate(self, frame_rate: float) -> None:
         """The rate frames are analysed at now (a motion boost changes it): absence is counted in updates, so
@@ -219,8 +237,6 @@ class StreamTracker:
                 trusted.append((obj.id, det))
                 if not was_confirmed and state.first is not None:
                     newly.append((obj.id, *state.first))
-        for track_id in [t for t in self._scores if t not in alive]:
-            del self._scores[track_id]
         for key in [k for k in self._first if k not in initializing]:
             del self._first[key]
 
@@ -266,7 +282,23 @@ class StreamTracker:
                 counts[direction] += 1
                 events.append(SceneEvent("line.cross", {"line": line.name, "track_id": track_id, "label": det.label,
                                                         "direction": direction, "score": self._best(track_id)}))
+        for track_id in [t for t in self._scores if t not in alive]:
+            del self._scores[track_id]  # after the exits, which carry its best score
         return events
+
+    @property
+    def moving(self) -> int:
+        """Tracks with an id the filter sees moving (more than ``MOVING_WIDTHS`` of their width an update). A fast
+        object barely marks a motion background, so when it leaves the view no motion says so: look again."""
+        count = 0
+        for obj in self._tracker.tracked_objects:
+            if obj.id is None or not obj.hit_counter_is_positive:
+                continue
+            box = obj.estimate
+            width = max(box[1, 0] - box[0, 0], 1.0)
+            if float(np.abs(obj.estimate_velocity).mean(axis=0).max()) > MOVING_WIDTHS * width:
+                count += 1
+        return count
 
     @property
     def lost(self) -> int:

@@ -253,3 +253,32 @@ def test_a_new_object_missing_from_the_next_frame_is_forgotten_quietly() -> None
     events = run(tracker, [[person(0.2), person(0.8)], [person(0.2)], [person(0.2)], [person(0.2)]])
     assert events == []
     assert tracker.unconfirmed == 0 and tracker.occupancy == {"right": []}
+
+
+def test_a_runner_entering_the_view_keeps_its_id_while_its_box_grows_from_the_edge() -> None:
+    """Cut by the frame's edge, the first box is a sliver (13 px) and the next the whole runner (51 px), 1.6 widths
+    on: the size change says nothing of the object there, and the two sightings are one track."""
+    tracker = StreamTracker([], [], frame_rate=FPS)
+    sliver = Detection(label="person", class_id=0, conf=0.8, box=(0.0, 0.4, 0.02, 0.8))
+    whole = Detection(label="person", class_id=0, conf=0.85, box=(0.1, 0.4, 0.18, 0.8))
+    further = Detection(label="person", class_id=0, conf=0.85, box=(0.26, 0.4, 0.34, 0.8))
+    for i, det in enumerate([sliver, whole, further]):
+        tracker.update([det], W, H, pts=i / FPS)
+    assert whole.track_id is not None and further.track_id == whole.track_id
+
+
+def test_moving_tracks_are_told_apart_from_still_ones() -> None:
+    tracker = StreamTracker([], [], frame_rate=FPS)
+    walker = [[person(0.1 + 0.04 * i, width=0.1)] for i in range(6)]  # 0.4 widths an update
+    run(tracker, walker)
+    assert tracker.moving == 1
+    still = StreamTracker([], [], frame_rate=FPS)
+    run(still, [[person(0.5, width=0.1)] for _ in range(6)])
+    assert still.moving == 0 and still.tracking
+
+
+def test_an_exit_of_a_dropped_track_carries_its_best_score() -> None:
+    tracker = StreamTracker([LEFT], [], frame_rate=FPS)
+    run(tracker, [[person(0.25, conf=c)] for c in (0.8, 0.9, 0.85)])
+    gone = run(tracker, [[] for _ in range(int(LOST_TRACK_S * FPS) + 2)], start=3)
+    assert [(e.name, e.data["score"]) for _, e in gone] == [("zone.exit", 0.9)]
