@@ -282,3 +282,19 @@ def test_an_exit_of_a_dropped_track_carries_its_best_score() -> None:
     run(tracker, [[person(0.25, conf=c)] for c in (0.8, 0.9, 0.85)])
     gone = run(tracker, [[] for _ in range(int(LOST_TRACK_S * FPS) + 2)], start=3)
     assert [(e.name, e.data["score"]) for _, e in gone] == [("zone.exit", 0.9)]
+
+
+def test_a_session_changes_only_the_object_keys_it_names() -> None:
+    from pydantic import ValidationError
+
+    from pipelines.protocol import SessionConfig, SessionConfigPatch
+
+    server = SessionConfig.model_validate({"video": {"objects": {"default": {"min_score": 0.6}}}})
+    merged = server.merged(SessionConfigPatch.model_validate(
+        {"video": {"objects": {"filters": {"car": {"min_area": 0.01}}}}}))
+    assert merged.video.objects.default.min_score == 0.6  # kept: the patch named only filters
+    assert merged.video.objects.of("car").min_area == 0.01 and merged.video.objects.of("person").min_score == 0.6
+    with pytest.raises(ValidationError, match="min_area must be <= max_area"):
+        ObjectFilter(min_area=0.5, max_area=0.1)
+    with pytest.raises(ValidationError):
+        SessionConfigPatch.model_validate({"video": {"objects": {"filters": {"person": {"threshold": 1.5}}}}})
