@@ -145,6 +145,9 @@ class StreamTracker:
         self._scores: dict[int, _TrackScore] = {}  # track id -> its trust state
         self._first: dict[int, tuple[Detection, float]] = {}  # Norfair's initializing id -> the first sighting
         self._update_count = 0
+        self._rate = frame_rate
+        self._last_pts: float | None = None
+        self._missing: set[int] = set()  # ids of the tracks the last update did not see
         self._zones: list[ZoneConfig] = []
         self._lines: list[LineConfig] = []
         self._size: tuple[int, int] | None = None
@@ -177,9 +180,25 @@ class StreamTracker:
         width, height = self._size or (math.inf, math.inf)
         return size_scaled_distance(candidates, estimates, width, height)
 
+    def _age_missed_samples(self, frame: int, pts: float) -> None:
+        """Norfair ages a track one step an update. A track already missing at the last update is followed at the
+        full rate (the gate), so a longer gap since then is samples dropped under load: they age it too, and its
+        exit comes LOST_TRACK_S after it left, not later. (A gap after a track was last *seen* is the gate's
+        refresh of a still scene: one miss there costs one step, as a single flaky detection should.)"""
+        steps = round((pts - self._last_pts) * self._rate) if self._last_pts is not None else 1
+        missing = set()
+        for obj in self._tracker.tracked_objects:
+            if obj.id is None or obj.last_detection.data[0] == frame:
+                continue
+            missing.add(obj.id)
+            if obj.id in self._missing and steps > 1:
+                obj.hit_counter -= steps - 1
+        self._missing, self._last_pts = missing, pts
+
     def set_rate(self, frame_rate: float) -> None:
         """The rate frames are analysed at now (a motion boost changes it): absence is counted in updates, so
         each live track's remaining allowance is rescaled to the same seconds."""
+        self._rate = frame_rate
         updates = _updates_spanning(LOST_TRACK_S, frame_rate)
         if updates == self._lost_updates:
             return
@@ -209,6 +228,7 @@ class StreamTracker:
                 points = np.array([[x1 * width, y1 * height], [x2 * width, y2 * height]], dtype=np.float64)
                 candidates.append(NorfairDetection(points, label=det.label, data=(frame, index)))
         self._tracker.update(candidates)
+        self._age_missed_samples(frame, pts)
 
         trusted: list[tuple[int, Detection]] = []  # confirmed tracks seen now, with their detection
         newly: list[tuple[int, Detection, float]] = []  # tracks trusted from now on: (id, first sighting, its pts)

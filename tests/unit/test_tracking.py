@@ -298,3 +298,22 @@ def test_a_session_changes_only_the_object_keys_it_names() -> None:
         ObjectFilter(min_area=0.5, max_area=0.1)
     with pytest.raises(ValidationError):
         SessionConfigPatch.model_validate({"video": {"objects": {"filters": {"person": {"threshold": 1.5}}}}})
+
+
+def test_samples_dropped_while_a_track_is_missing_age_it_as_the_seconds_pass() -> None:
+    """Under load a stream gets fewer samples than its rate: a track that left still exits LOST_TRACK_S after it
+    was last seen (plus a sample), not after as many *updates* as that many seconds hold at the full rate."""
+    tracker = StreamTracker([LEFT], [], frame_rate=FPS)
+    run(tracker, [[person(0.25)] for _ in range(3)])  # seen until 0.4 s
+    exits = []
+    for i in range(1, 8):  # then one update a second (4 of 5 samples dropped)
+        exits += [(0.4 + i, e.name) for e in tracker.update([], W, H, pts=0.4 + i)]
+    assert exits == [(3.4, "zone.exit")]
+
+
+def test_one_miss_at_a_refresh_of_a_still_scene_costs_one_step() -> None:
+    tracker = StreamTracker([LEFT], [], frame_rate=FPS)
+    run(tracker, [[person(0.25)] for _ in range(3)])
+    assert tracker.update([], W, H, pts=5.4) == []  # the refresh 5 s on: a flaky miss
+    events = [tracker.update([person(0.25)], W, H, pts=5.6 + i / FPS) for i in range(3)]
+    assert not any(events) and tracker.occupancy["left"]
