@@ -1,6 +1,6 @@
 """Labelled event bench (issue 31): are Vigil's zone and line events *right*, as a user watching the results meets them?
 
-``python -m bench.events [--baseline REV] [--seconds-scale 1.0]``
+``python -m bench.events [--baseline REV] [--boost FPS] [--details]``
 
 Videos are composed here from real photographs that ship offline (people cut from Ultralytics' ``bus.jpg``,
 backgrounds and the look-alike cat from scikit-image's data), 640x480 H.264 at 15 fps with Gaussian sensor noise
@@ -538,8 +538,9 @@ async def main_async(args: argparse.Namespace) -> None:
               f"zone x >= {ZONE_X}, line x = {LINE_X}); ground truth: "
               + ", ".join(f"{name} {len(t)}" for name, t in truths.items()), flush=True)
         runs = [Run("vigil (default)", REPO, True, {})]
-        if args.no_boost:
-            runs.append(Run("vigil, no motion boost", REPO, True, {"motion": {"boost_fps": 0}}))
+        if args.boost:
+            boosted = {"motion": {"boost_fps": args.boost}}
+            runs.append(Run(f"vigil, motion boost {args.boost:g} fps", REPO, True, boosted))
         if not args.no_reference:
             runs.append(Run("reference (every frame)", REPO, False, {"target_fps": FPS, "motion": {"enabled": False}}))
         trees: list[Path] = []
@@ -561,7 +562,8 @@ def main() -> None:
     parser.add_argument("--baseline", action="append", default=[], metavar="REV",
                         help="also serve this commit (a git worktree) at its default config, in the same run")
     parser.add_argument("--only", nargs="+", help="these scenarios only")
-    parser.add_argument("--no-boost", action="store_true", help="also run the default without the motion boost")
+    parser.add_argument("--boost", type=float, metavar="FPS",
+                        help="also run the default with video.motion.boost_fps at this rate")
     parser.add_argument("--details", action="store_true", help="list each missed and each false event")
     parser.add_argument("--no-reference", action="store_true", help="skip the detect-every-frame reference")
     parser.add_argument("--gap-scale", type=float, default=1.0, help=argparse.SUPPRESS)

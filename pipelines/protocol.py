@@ -95,10 +95,11 @@ class MotionConfig(_Strict):
     masks: list[list[Point]] = Field(default_factory=list, max_length=32, description=(
         "Polygons (normalised image coordinates, 3-100 points each) where motion is ignored, e.g. a tree or a "
         "clock; objects there are still detected when motion elsewhere (or a refresh) runs the detector."))
-    boost_fps: float = Field(10.0, ge=0, le=120, description=(
-        "While the gate sees motion, sample up to this rate (a runner is seen twice as often as at 5 fps) when the "
-        "detector has headroom (busy under half its time, so the node's other streams keep their rate); back to "
-        "target_fps when quiet. At or below target_fps (0): no boost."))
+    boost_fps: float = Field(0.0, ge=0, le=120, description=(
+        "While the gate sees motion, sample up to this rate (e.g. 10: a runner is seen twice as often as at 5 fps) "
+        "when the detector has headroom (busy under half its time, so the node's other streams keep their rate); "
+        "back to target_fps when quiet. At or below target_fps (0, the default): no boost. Off by default: beside "
+        "a live voice loop on 2 cores it cost the voice 1.39x its idle latency (bench/capacity.py --cameras 8)."))
 
     @field_validator("masks")
     @classmethod
