@@ -13,7 +13,8 @@ every in-process test server, so the tests exercise what production runs. What i
   sent at 1 byte/s): ``server.header_timeout_s`` bounds how long a request's headers may take (then 408 and the
   connection closed), ``server.body_timeout_s`` how long its body may take once the headers are in, plus a second
   per ``body_min_rate_bytes_s`` bytes received (the handler
-  reading it gets ``request_timeout``, answered 408, and the connection is closed after the answer), and
+  reading it gets ``request_timeout``, answered 408, and the connection is closed after the answer, lingering
+  ``LINGER_S`` to drop what the client still sends, so a reset does not lose the answer), and
   ``server.max_connections_per_address`` how many connections one client address may hold open (one more: 429
   ``too_many_connections`` and closed). aiohttp has none of these (its keep-alive timeout only closes a connection
   between requests).
@@ -49,6 +50,8 @@ from server.http.errors import CODE_FOR_STATUS, HTTP_STATUS, error_response, par
 from server.state import SETTINGS
 
 log = logging.getLogger("aiohttp.server")  # where aiohttp's protocol layer logs, and JsonErrorRequestHandler too
+
+LINGER_S = 2.0  # how long a connection answered with an error and closed still reads (and drops) its client's bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,7 @@ class JsonErrorRequestHandler(RequestHandler):
         self._body: StreamReader | None = None  # the body being read under body_timeout_s
         self._body_since = 0.0  # loop time its headers were parsed
         self._partial_head = False  # bytes of a request arrived, its headers are not complete yet
+        self._discarding = False  # answered with an error and closing: input is dropped (``_answer_and_close``)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -152,6 +156,8 @@ class JsonErrorRequestHandler(RequestHandler):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._discarding:  # answered and closing: what still arrives is read and dropped
+            return
         queued = len(self._messages)
         super().data_received(data)
         if self._force_close or self._close or self._upgraded or self._payload_parser is not None:
@@ -211,19 +217,36 @@ class JsonErrorRequestHandler(RequestHandler):
             return
         seconds = self.limits.body_timeout_s
         log.info("request body from %s not complete within %s s: answered 408, closing", self.address, seconds)
-        # The handler reading it gets this error (answered 408 by the error middleware); the rest of the body is
-        # not waited for (no lingering read), and the connection closes once the answer is out.
-        self._lingering_time = 0.0
-        body.set_exception(ApiError("request_timeout", f"the request body did not arrive within {seconds} s "
-                                                       "(server.body_timeout_s, body_min_rate_bytes_s)"))
-        if self._current_request is None:  # no handler has it (yet): nobody will read it
+        error = ApiError("request_timeout", f"the request body did not arrive within {seconds} s "
+                                            "(server.body_timeout_s, body_min_rate_bytes_s)")
+        request = self._current_request
+        if request is not None and request.writer.output_size > 0:  # its answer has begun: nothing can replace it
+            body.set_exception(error)
             self.force_close()
+            return
+        # Answered here, not by the handler: its read fails, and what it would answer finds the connection gone.
+        self._answer_and_close(raw_error(error))
+        body.set_exception(error)
 
     def _answer_and_close(self, answer: bytes) -> None:
-        if self.transport is not None:
-            with contextlib.suppress(Exception):
-                self.transport.write(answer)
-        self.force_close()  # the transport flushes what was written, then closes
+        """Write ``answer`` and close the connection as nginx's ``lingering_close`` does: half-close (the answer,
+        then FIN), then read and discard what the client still sends for up to ``LINGER_S`` or until it closes.
+        Closing at once with its bytes unread makes the kernel reset the connection, and a client still sending
+        (a slow body, half its headers) may then lose the answer before it reads it."""
+        transport = self.transport
+        if transport is None:
+            return
+        # aiohttp's side of the connection is over (as ``force_close``, but the transport stays open a while).
+        self._force_close = True
+        self.transport = None
+        if self._waiter:
+            self._waiter.cancel()
+        self._discarding = True
+        with contextlib.suppress(Exception):
+            transport.write(answer)
+            if transport.can_write_eof():
+                transport.write_eof()
+        self._loop.call_later(LINGER_S, transport.close)
 
     def handle_error(self, request: BaseRequest, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
