@@ -594,6 +594,9 @@ function onEvent(message) {
       (e) => e.session === session && e.turn === data.turn && e.role === "assistant");
     if (item) {
       item.bargedIn = true;
+      // Cut either way: while being generated (its reply also says interrupted) or after its text was done,
+      // while its audio played (the rest was dropped, data.dropped_audio_ms).
+      item.interrupted = true;
       item.element.classList.add("barged");
       item.element.classList.remove("streaming");
     }
