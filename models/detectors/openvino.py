@@ -11,8 +11,14 @@ load. Pre- and post-processing are Ultralytics' own, as its predictor applies th
 letterbox (the smallest stride-32 rectangle when every image of a batch has one shape, else the square ``imgsz``),
 the same NMS, the same box and keypoint rescaling, so detections compare with the ``yolo`` backend's.
 
-The IR's input is dynamic; each input shape gets its own static compiled model (0.2 s to compile here, and ~1.5x
-faster than running the dynamic model), a few kept per detector (a camera's frames keep one shape)."""
+The IR's input is dynamic; each input shape gets its own static compiled model (0.2-0.4 s to compile here, and
+faster than running a dynamic one: 1.05-1.2x with only the batch dynamic). A batch runs in chunks whose sizes are
+powers of two up to ``max_chunk`` (7 = 4 + 2 + 1), so a letterbox shape needs at most three compiled models, not one
+per batch size: compiling a new model for each batch size 1..8 as nine cameras started stalled detection for
+seconds (bench/events.py lost runners in its first pass), and the eight kept took +711 MB (1, 2, 4: +206 MB). Per
+image, a chunk of 2 or 4 costs what one of 8 does here (13.5-13.8 ms against 15 ms alone, yolo11n-pose at 384x640,
+one thread). Only a shape's single-image model is compiled while a batch waits; the larger chunks are compiled on a
+background thread, and until they are ready the batch runs in the chunks that are."""
 
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ import shutil
 import tempfile
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,7 +45,7 @@ from models.registry import BackendConfig
 log = logging.getLogger(__name__)
 
 Precision = Literal["auto", "f32", "bf16"]
-COMPILED_SHAPES = 8  # input shapes kept compiled (one per camera resolution, plus the square batch shape)
+COMPILED_SHAPES = 12  # compiled models kept: chunk sizes (1, 2, 4) x letterbox shapes (camera aspect ratios, square)
 
 
 def default_threads() -> int:
@@ -88,7 +95,7 @@ class OpenVinoDetector:
 
     def __init__(self, weights: str | None = None, *, cache_dir: str | Path, imgsz: int = 640,
                  conf: float = 0.25, classes: list[int] | None = None, threads: int | None = None,
-                 precision: Precision = "auto", iou: float = 0.7, max_det: int = 300) -> None:
+                 precision: Precision = "auto", iou: float = 0.7, max_det: int = 300, max_chunk: int = 4) -> None:
         import openvino as ov
 
         directory = export_ir(weights, cache_dir)
@@ -110,33 +117,89 @@ class OpenVinoDetector:
         }
         if precision != "auto":  # auto: the plugin's choice (bf16 where the CPU has it, else f32)
             self._properties["INFERENCE_PRECISION_HINT"] = precision
+        self.chunk_sizes = [1 << bit for bit in range(max(1, max_chunk).bit_length()) if 1 << bit <= max_chunk]
         self._compiled: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._compiled_lock = threading.Lock()  # _compiled is read by detect and written by the background compiler
+        self._compiling: dict[tuple[int, ...], Future[None]] = {}
+        self._compiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="openvino-compile")
         self._lock = threading.Lock()
         self.detect([np.zeros((imgsz, imgsz, 3), np.uint8)])  # warm-up: compiles the square shape
-        square = self._compiled[(1, 3, imgsz, imgsz)]
+        square = self._compiled[(1, 3, imgsz, imgsz)]  # the warm-up compiled it: nothing else has run yet
         self.precision = square.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # what auto chose: bf16, f32
         self.name = f"{xml.stem}@{imgsz}/openvino-{self.precision}"
         log.info("OpenVINO detector %s: %d thread(s)", self.name, self.threads)
 
-    def _compiled_for(self, shape: tuple[int, ...]) -> Any:
-        compiled = self._compiled.get(shape)
-        if compiled is None:
-            model = self._model.clone()
-            model.reshape(list(shape))
-            compiled = self._core.compile_model(model, "CPU", self._properties)
+    def _compile(self, shape: tuple[int, ...]) -> Any:
+        model = self._model.clone()
+        model.reshape(list(shape))
+        compiled = self._core.compile_model(model, "CPU", self._properties)
+        with self._compiled_lock:
             self._compiled[shape] = compiled
+            self._compiled.move_to_end(shape)
             if len(self._compiled) > COMPILED_SHAPES:
                 self._compiled.popitem(last=False)
-        self._compiled.move_to_end(shape)
+            self._compiling.pop(shape, None)
         return compiled
+
+    def _compile_in_background(self, shape: tuple[int, ...]) -> None:
+        try:
+            self._compile(shape)
+        except Exception:  # the batch goes on in smaller chunks; the next batch that could use it tries again
+            log.exception("OpenVINO: compiling input shape %s failed", shape)
+            with self._compiled_lock:
+                self._compiling.pop(shape, None)
+
+    def _ready(self, shape: tuple[int, ...]) -> Any | None:
+        with self._compiled_lock:
+            compiled = self._compiled.get(shape)
+            if compiled is not None:
+                self._compiled.move_to_end(shape)
+            return compiled
+
+    def _chunks(self, count: int, image_shape: tuple[int, ...]) -> list[tuple[int, Any]]:
+        """(size, compiled model) chunks that cover ``count`` images of ``image_shape`` (C, H, W): the largest
+        compiled chunk size first. Sizes this batch could use that are not compiled yet are compiled in the
+        background; only the single-image model, when missing, is compiled here (the batch needs it now)."""
+        chunks: list[tuple[int, Any]] = []
+        left = count
+        for size in reversed(self.chunk_sizes):
+            if size > left:
+                continue
+            shape = (size, *image_shape)
+            compiled = self._ready(shape)
+            if compiled is None and size > 1:
+                with self._compiled_lock:
+                    if shape not in self._compiling:
+                        self._compiling[shape] = self._compiler.submit(self._compile_in_background, shape)
+                continue
+            if compiled is None:
+                compiled = self._compile(shape)
+            while left >= size:
+                chunks.append((size, compiled))
+                left -= size
+        return chunks
 
     def detect(self, images: list[np.ndarray]) -> list[list[Detection]]:
         if not images:
             return []
         batch = self._preprocess(images)
+        outputs, start = [], 0
         with self._lock:
-            raw = self._compiled_for(batch.shape)(batch)[0]
+            for size, compiled in self._chunks(len(batch), batch.shape[1:]):
+                outputs.append(compiled(batch[start:start + size])[0])
+                start += size
+        raw = outputs[0] if len(outputs) == 1 else np.concatenate(outputs)
         return self._postprocess(raw, batch.shape[2:], [image.shape for image in images])
+
+    def compiled_shapes(self, wait: bool = False) -> list[tuple[int, ...]]:
+        """The input shapes compiled now (``wait``: once the background compilations under way are done)."""
+        if wait:
+            with self._compiled_lock:
+                pending = list(self._compiling.values())
+            for future in pending:
+                future.result()
+        with self._compiled_lock:
+            return list(self._compiled)
 
     def _preprocess(self, images: list[np.ndarray]) -> np.ndarray:
         from ultralytics.data.augment import LetterBox
@@ -178,9 +241,14 @@ class OpenVinoConfig(BackendConfig):
                                 "left to the voice loop.")
     precision: Literal["auto", "f32", "bf16"] = Field(
         "auto", description="auto: OpenVINO's choice (bf16 on CPUs that have it, else f32).")
+    max_chunk: int = Field(4, ge=1, le=64, description="A batch runs in chunks of powers of two up to this (7 "
+                           "frames: 4 + 2 + 1), each chunk size a compiled model per frame shape (~50-115 MB each). "
+                           "Per image a chunk of 2 or 4 cost what one of 8 does on a 2-core CPU; a CPU with many "
+                           "cores may gain from 8 or more.")
 
 
 @DETECTORS.register(OpenVinoConfig)
 def build(config: OpenVinoConfig) -> Detector:
     return OpenVinoDetector(config.weights, cache_dir=config.cache_dir, imgsz=config.imgsz, conf=config.conf,
-                            classes=config.classes, threads=config.threads, precision=config.precision)
+                            classes=config.classes, threads=config.threads, precision=config.precision,
+                            max_chunk=config.max_chunk)

@@ -77,3 +77,23 @@ def test_the_ir_is_exported_once_and_reused(ir_cache: Path):
     assert (folders[0] / "yolo11n-pose.xml").stat().st_mtime_ns == written
     assert export_ir(str(folders[0]), ir_cache / "unused") == folders[0]  # an IR directory is taken as is
     assert not (ir_cache / "unused").exists()
+
+
+def test_a_batch_runs_in_compiled_chunks_and_finds_what_one_at_a_time_finds(ir_cache: Path):
+    """Seven frames of one shape run as 4 + 2 + 1: only the single-image model is compiled while the first batch
+    waits (the larger chunks in the background, used once ready), never one model per batch size."""
+    detector = OpenVinoDetector(cache_dir=ir_cache, precision="f32")
+    zidane = cv2.cvtColor(real_image("zidane"), cv2.COLOR_RGB2BGR)
+    frames = [zidane, zidane[:, ::-1].copy(), zidane // 2 + 60, zidane, zidane[:, ::-1].copy(), zidane, zidane]
+    alone = [detector.detect([frame])[0] for frame in frames]
+    letterbox = (3, 384, 640)  # 1280x720 in the minimal stride-32 rectangle
+    first = detector.detect(frames)  # only the single-image model of this shape is compiled yet
+    assert sorted(detector.compiled_shapes(wait=True)) == sorted(
+        [(1, 3, 640, 640)] + [(size, *letterbox) for size in (1, 2, 4)])
+    again = detector.detect(frames)  # now 4 + 2 + 1
+    for want, got_first, got_again in zip(alone, first, again, strict=True):
+        assert_same_detections(want, got_first, TOLERANCE["f32"])
+        assert_same_detections(want, got_again, TOLERANCE["f32"])
+        assert len(want) >= 1
+    detector.detect(frames[:3] * 3)  # nine: 4 + 4 + 1, no new model
+    assert len(detector.compiled_shapes(wait=True)) == 4
