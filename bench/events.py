@@ -17,6 +17,10 @@ and who crosses the line (the vertical middle), in which direction, and when. Sc
 - ``lights``: a dim scene whose lights switch on (x2.5 at once), then a walker.
 - ``noise``: heavy sensor noise (sigma 12 instead of 3), two walkers.
 - ``occlusion``: walkers passing behind a pillar inside the zone (hidden ~0.4 s).
+- ``park``: a motorcycle (scikit-image's ``stereo_motorcycle``, a real photograph) rides into the zone, stays
+  parked 20 s and rides out: one line crossing, one enter, one exit. The default detector (yolo11n-pose) sees
+  people only, so this scenario runs on a second server with ``models.detector.backend: opencv-ssd`` (COCO,
+  offline), at its defaults otherwise, and so does each baseline.
 
 Every scenario plays at once as a real-time file source of one ``vigil serve`` (the default config, the zone and
 line in the source's options), the way a user runs cameras; the client follows each source's results WebSocket
@@ -65,8 +69,11 @@ LOST_TRACK_S = 2.0  # pipelines.video.tracking's (kept here: the baseline serves
 VISIBLE = 0.6  # share of a person's width in view (and not hidden) for the ground truth to call them visible
 EARLY_S, LATE_S = 1.0, 1.5
 LEAD_S = 3.0  # an empty scene before the first pass of every clip
-# People cut from bus.jpg (x1, y1, x2, y2 in the photo, the packaged detector's boxes): full bodies, head to feet.
-PEOPLE = {"left": (48, 399, 243, 906), "right": (669, 388, 810, 877), "middle": (222, 405, 344, 858)}
+# What crosses the scenes: people cut from bus.jpg (x1, y1, x2, y2 in the photo, the packaged detector's boxes:
+# full bodies, head to feet), and a motorcycle from scikit-image's stereo pair (opencv-ssd's box, conf 0.99).
+CUTS = {"left": ("bus", (48, 399, 243, 906)), "right": ("bus", (669, 388, 810, 877)),
+        "middle": ("bus", (222, 405, 344, 858)), "motorcycle": ("stereo_motorcycle", (102, 65, 680, 445))}
+VEHICLES = {"models": {"detector": {"backend": "opencv-ssd"}}}  # the server config of vehicle scenarios
 
 
 # ---------------------------------------------------------------------- scenes and their ground truth
@@ -100,6 +107,7 @@ class Scenario:
     pillar: tuple[float, float] | None = None  # x range (normalised) of a pillar in front of everyone
     cat: tuple[int, str] | None = None  # (width px, background) a look-alike cat standing in the scene
     lights_on_at: float | None = None  # before: the scene at 40 % brightness
+    vehicles: bool = False  # served with a detector that has vehicles (VEHICLES), not the default one
 
 
 def crossing(person: str, start: float, seconds: float, left_to_right: bool = True, height: int = 230) -> Actor:
@@ -125,6 +133,7 @@ def scenarios(scale: float = 1.0) -> list[Scenario]:
     lights = [crossing("middle", t0 + 15, 7)]
     noise = [crossing("left", t0 + 1, 7), crossing("right", t0 + 13, 7, left_to_right=False)]
     occlusion = [crossing("left", t0, 8), crossing("middle", t0 + 10, 8, left_to_right=False)]
+    park = [Actor("motorcycle", 150, [(t0, -0.2), (t0 + 4, 0.78), (t0 + 24, 0.78), (t0 + 26, 1.2)])]
     return [
         Scenario("walk", walk[-1].keys[-1][0] + tail, "coffee", walk),
         Scenario("run", runs[-1].keys[-1][0] + tail, "brick", runs),
@@ -135,6 +144,7 @@ def scenarios(scale: float = 1.0) -> list[Scenario]:
         Scenario("lights", lights[-1].keys[-1][0] + tail, "rocket", lights, lights_on_at=t0 + 9),
         Scenario("noise", noise[-1].keys[-1][0] + tail, "gravel", noise, sigma=12.0),
         Scenario("occlusion", occlusion[-1].keys[-1][0] + tail, "brick", occlusion, pillar=(0.72, 0.80)),
+        Scenario("park", park[0].keys[-1][0] + tail, "gravel", park, vehicles=True),
     ]
 
 
@@ -143,8 +153,10 @@ def _cut(person: str, height: int) -> np.ndarray:
 
     from tests.support.media import real_image
 
-    x1, y1, x2, y2 = PEOPLE[person]
-    cut = real_image("bus")[y1:y2, x1:x2]
+    photo, (x1, y1, x2, y2) = CUTS[person]
+    image = real_image(photo)
+    image = image[0] if isinstance(image, tuple) else image  # stereo_motorcycle: (left, right, disparity)
+    cut = image[y1:y2, x1:x2, :3]
     return cv2.resize(cut, (max(1, round(cut.shape[1] * height / cut.shape[0])), height))
 
 
@@ -525,6 +537,20 @@ def report(runs: list[Run], chosen: list[Scenario], details: bool = False) -> No
         print("    goals: " + ", ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in goals.items()))
 
 
+def report_vehicles(runs: list[Run], chosen: list[Scenario]) -> None:
+    """The parked vehicle: every event found, nothing false, one enter and one exit."""
+    print("\nvehicles (models.detector.backend: opencv-ssd): found/truths, false events, identity switches, events")
+    for scenario in chosen:
+        for run in runs:
+            s = run.scores[scenario.name]
+            zone = sorted(e for e in s.events if e.startswith("zone."))
+            ok = s.found == s.truths and s.false == 0 and zone == ["zone.enter", "zone.exit"]
+            print(f"  {scenario.name:<10} {run.label:<36} {s.found}/{s.truths} fp {s.false} sw {s.switches}  "
+                  f"{zone}  goal (all found, none false, one enter, one exit): {'met' if ok else 'NOT met'}")
+            if s.missed or s.unexpected:
+                print(f"{'':>14}missed {s.missed}; false {s.unexpected}")
+
+
 async def main_async(args: argparse.Namespace) -> None:
     chosen = [s for s in scenarios(args.gap_scale) if not args.only or s.name in args.only]
     with tempfile.TemporaryDirectory(prefix="vigil-events-") as tmp:
@@ -537,7 +563,10 @@ async def main_async(args: argparse.Namespace) -> None:
         print(f"events bench: {len(chosen)} clips made in {time.perf_counter() - started:.0f} s (640x480, {FPS} fps, "
               f"zone x >= {ZONE_X}, line x = {LINE_X}); ground truth: "
               + ", ".join(f"{name} {len(t)}" for name, t in truths.items()), flush=True)
+        people = [s for s in chosen if not s.vehicles]
+        vehicles = [s for s in chosen if s.vehicles]
         runs = [Run("vigil (default)", REPO, True, {})]
+        vehicle_runs = [Run("vigil, opencv-ssd", REPO, True, {}, VEHICLES)]
         if args.boost:
             boosted = {"motion": {"boost_fps": args.boost}}
             runs.append(Run(f"vigil, motion boost {args.boost:g} fps", REPO, True, boosted))
@@ -548,13 +577,18 @@ async def main_async(args: argparse.Namespace) -> None:
             for rev in args.baseline:
                 trees.append(await asyncio.to_thread(worktree, rev, workdir))
                 runs.append(Run(f"baseline {rev[:10]} (default)", trees[-1], True, {}))
-            for run in runs:
-                await measure(run, workdir, media, chosen)
+                vehicle_runs.append(Run(f"baseline {rev[:10]}, opencv-ssd", trees[-1], True, {}, VEHICLES))
+            for group, scenes in ((runs, people), (vehicle_runs, vehicles)):
+                for run in group if scenes else []:
+                    await measure(run, workdir, media, scenes)
         finally:
             for tree in trees:
                 await asyncio.to_thread(subprocess.run, ["git", "worktree", "remove", "--force", str(tree)], cwd=REPO,
                                         capture_output=True)
-        report(runs, chosen, args.details)
+        if people:
+            report(runs, people, args.details)
+        if vehicles:
+            report_vehicles(vehicle_runs, vehicles)
 
 
 def main() -> None:
