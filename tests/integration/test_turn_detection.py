@@ -189,13 +189,13 @@ async def test_user_going_on_before_the_reply_is_heard_continues_the_turn(vigil)
     continues the first: one heard answer, to the whole question."""
     server = await vigil(voice={**VOICE, "turn_detection": "silence", "end_of_turn_silence_ms": 300,
                                 "prefill": False})
-    first, second = "Could you tell me", "what the weather will be like tomorrow?"
+    first, second = speech("Could you tell me"), speech("what the weather will be like tomorrow?")
     async with VoiceCall(server.url) as call:
         assert call.recorder is not None
         call.mic.say(silence(0.3))
-        call.mic.say(speech(first))
+        call.mic.say(first)
         cut = await call.client.next_message("transcript", 60, where=lambda m: m["final"] and m["turn"] == 1)
-        call.mic.say(speech(second))
+        call.mic.say(second)  # synthesised beforehand: the user goes on at once
         assert "weather" not in _words(cut["text"]), cut
         await asyncio.wait_for(call.mic.spoken.wait(), 30)
         question_done = time.perf_counter()
@@ -216,13 +216,17 @@ async def test_a_reply_never_starts_over_the_user(vigil):
     the sentence ends, and waits for it (then plays, or gives way to turn 2's answer) instead of talking over."""
     server = await vigil(voice={**VOICE, "turn_detection": "silence", "end_of_turn_silence_ms": 300,
                                 "prefill": False, "barge_in": False})
+    # Synthesised beforehand: Piper took 0.2 s for the long sentence here (more on a loaded CI runner), time in
+    # which the user was not speaking yet and turn 1's reply rightly began (CI failed so on 2026-12-06).
+    question = speech("What is the capital of France?")
+    going_on = speech("I was also wondering about the long history of the old stone bridges across the wide "
+                      "river in the middle of the city.")  # no comma: no pause that ends a turn
     async with VoiceCall(server.url) as call:
         assert call.recorder is not None
         call.mic.say(silence(0.3))
-        call.mic.say(speech("What is the capital of France?"))
+        call.mic.say(question)
         await call.client.next_message("transcript", 60, where=lambda m: m["final"] and m["turn"] == 1)
-        call.mic.say(speech("I was also wondering about the long history of the old stone bridges across the "
-                            "wide river in the middle of the city."))  # no comma: no pause that ends a turn
+        call.mic.say(going_on)
         await asyncio.wait_for(call.mic.spoken.wait(), 30)
         question_done = time.perf_counter()
         await _messages_until_metrics(call, 2)  # turn 1's reply played after the sentence, or gave way to turn 2's
