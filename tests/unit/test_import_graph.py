@@ -1,6 +1,7 @@
 """The package import graph: imports point one way (server -> pipelines -> models) and no module imports itself
 back through others, counting imports deferred into functions too (a deferred import hides a cycle, it does not
-remove it)."""
+remove it). Inside server/ they point down its floors (``SERVER_FLOORS``), and only the composition root
+(``server.app``) gathers the front-ends' routes."""
 
 from __future__ import annotations
 
