@@ -42,7 +42,7 @@ from models.llm import ChatMessage, LanguageModel, LlmRequest
 from server.app import create_app
 from server.config import load_settings
 from server.http.serve import start_serving
-from server.state import CHAT_SERVICE
+from server.v1.chat_service import CHAT_SERVICE
 from tests.support.vigil_process import with_data_dirs
 
 MODEL = "smollm2-135m-instruct"

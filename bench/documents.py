@@ -16,7 +16,7 @@ import time
 from models.embeddings import MiniLmEmbedder
 from pipelines.memory.documents import document_entries
 from server.config import load_settings
-from server.store.memory import build_index
+from server.services import build_index
 
 
 async def run(count: int, concurrency: int) -> None:

@@ -79,7 +79,7 @@ MODES = ("off", "rec", "default")
 def serve(port: int, mode: str, data_dir: str) -> None:
     from server.app import run
     from server.config import load_settings
-    from server.media.sessions import Analyzers
+    from server.engines import Analyzers
 
     settings = load_settings(None, {
         "server": {"host": "127.0.0.1", "port": port}, "webrtc": {"host_addresses": ["127.0.0.1"]},

@@ -53,9 +53,9 @@ from pipelines.session import DetectionResult, SampledFrame
 from server.app import create_app
 from server.cli.client import VigilClient
 from server.config import load_settings
+from server.engines import Analyzers
 from server.http.serve import start_serving
 from server.media.ice import restrict_host_addresses
-from server.media.sessions import Analyzers
 from tests.support.vigil_process import with_data_dirs
 
 BITS = 16

@@ -1,50 +1,47 @@
-"""The aiohttp application: middlewares, routes, dashboard files, and an orderly shutdown."""
+"""The composition root: the aiohttp application (middlewares, the one route table, dashboard files, and an
+orderly shutdown), built from the ``Services`` of ``server.services``. Only this module gathers the front-ends'
+routes and sets the keys the app holds: the front-ends and the plumbing under them import none of it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pipelines.errors import ApiError
 from server.allocator import limit_arenas
-from server.cluster.routes import mount_cluster
+from server.cluster.node import CLUSTER
+from server.cluster.routes import CLUSTER_ROUTES, in_cluster_mode, mount_cluster
 from server.config import Settings
-from server.engines import ModelPool
-from server.grpc_api.service import mount_grpc
+from server.engines import ENGINES, Analyzers, ModelPool
+from server.grpc_api.service import GRPC_SERVER, mount_grpc
 from server.http.auth import auth_middleware
 from server.http.errors import json_errors
-from server.http.probes import mount_probes
-from server.http.routes import route_table
+from server.http.openapi import build_openapi
+from server.http.probes import Health, Liveness, Readiness, healthz, livez, mount_probes, readyz
+from server.http.route import Route
 from server.http.serve import serve_forever
 from server.media.ice import restrict_host_addresses
-from server.media.sessions import Analyzers
+from server.media.routes import MEDIA_ROUTES
+from server.media.sessions import SESSIONS
+from server.media.sources import SOURCES
 from server.metrics import watch_event_loop
-from server.services import Services, build_services
-from server.state import (
-    AUDIO,
-    CHAT_SERVICE,
-    CLUSTER,
-    DISCONNECTS,
-    ENGINES,
-    GRPC_SERVER,
-    MEMORY,
-    REDIS,
-    SESSIONS,
-    SETTINGS,
-    SOURCES,
-    TIMELINE,
-    V1_INGRESS,
-    WEBSOCKETS,
-)
-from server.store.events import mount_events
-from server.store.memory import mount_memory
+from server.records.events import EVENT_ROUTES
+from server.records.faces import FACE_ROUTES
+from server.records.memory import MEMORY_ROUTES
+from server.services import Services, build_services, mount_memory
+from server.state import MEMORY, REDIS, SETTINGS, TIMELINE, WEBSOCKETS
 from server.v1.audio import mount_audio
+from server.v1.audio_services import AUDIO
 from server.v1.chat import mount_chat
-from server.v1.ingress import mount_v1_ingress
+from server.v1.chat_service import CHAT_SERVICE
+from server.v1.disconnects import DISCONNECTS
+from server.v1.ingress import V1_INGRESS, mount_v1_ingress
+from server.v1.routes import v1_routes
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +51,36 @@ async def _index(request: web.Request) -> web.StreamResponse:
     if not index.is_file():
         raise ApiError("not_found", "dashboard files not found (server.web_root)")
     return web.FileResponse(index)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(build_openapi(route_table(request.app[SETTINGS])))
+
+
+HTTP_ROUTES: tuple[Route, ...] = (
+    Route("GET", "/healthz", healthz, "Liveness probe (no token); with the token also version, sessions, sources",
+          response=Health),
+    Route("GET", "/livez", livez, "Liveness probe (no token; reveals nothing)", response=Liveness),
+    Route("GET", "/readyz", readyz, "Readiness probe (no token): 200 ready, 503 starting; per-model states only "
+          "with the token", response=Readiness, errors=(503,)),
+    Route("GET", "/metrics", metrics, "Prometheus metrics", errors=(401,), content_type=CONTENT_TYPE_LATEST),
+    Route("GET", "/openapi.json", openapi, "This document", errors=(401,)),
+)
+
+
+def route_table(settings: Settings) -> tuple[Route, ...]:
+    """Every route the app serves, as configured, gathered from the packages that own them; it feeds both the
+    router and ``/openapi.json``: live media's (in cluster mode with the cluster's answers for the whole cluster,
+    and ``/api/cluster/*``), the probes, metrics and this document, the events timeline, faces, memory, and the
+    enabled ``/v1`` endpoints."""
+    media = MEDIA_ROUTES
+    if settings.cluster.redis_url is not None:
+        media = (*in_cluster_mode(media), *CLUSTER_ROUTES)
+    return (*media, *HTTP_ROUTES, *EVENT_ROUTES, *FACE_ROUTES, *MEMORY_ROUTES, *v1_routes(settings))
 
 
 def create_app(settings: Settings, analyzers: Analyzers | None = None,
@@ -76,7 +103,7 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None,
     if services.redis is not None:
         app.on_cleanup.append(_close_redis)
     mount_v1_ingress(app, services.ingress)  # every /v1/ route: API keys or token, rate limit, size limits
-    mount_events(app, services.timeline)  # the timeline store every session and source records into
+    app.on_cleanup.append(_timeline_closer(services))  # the timeline store and its clip writers, closed on cleanup
     mount_chat(app, settings, services.chat, services.disconnects)  # the chat service (shared with gRPC)
     app.router.add_get("/", _index)
     if settings.server.web_root.is_dir():
@@ -128,6 +155,13 @@ def _hold(app: web.Application, services: Services) -> None:
         app[CLUSTER] = services.cluster
     if services.grpc is not None:
         app[GRPC_SERVER] = services.grpc
+
+
+def _timeline_closer(services: Services) -> Callable[[web.Application], Awaitable[None]]:
+    async def close(app: web.Application) -> None:
+        await services.timeline.close()
+
+    return close
 
 
 async def _close_redis(app: web.Application) -> None:

@@ -17,6 +17,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from aiohttp import web
+
 from models.detectors import load_detector
 from models.embeddings import TextEmbedder
 from models.faces import FACE_MODELS
@@ -29,6 +31,9 @@ from models.stt.whisper import WhisperConfig
 from models.tts import TEXT_TO_SPEECH, TextToSpeech
 from models.turn import SmartTurnV3
 from models.vad import SileroVadModel
+from pipelines.clock import Clock
+from pipelines.protocol import SessionConfig
+from pipelines.session import AudioAnalyzer, SessionPipeline, TimelineSink, VideoAnalyzer
 from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import InferenceBatcher
 from pipelines.video.faces import FaceGallery, FaceRecognizer, StreamFaces
@@ -36,13 +41,42 @@ from pipelines.video.plates import PlateReader, StreamPlates, detector_labels, l
 from pipelines.voice.config import VoiceLoopConfig
 from pipelines.voice.loop import VoiceEngine, VoiceLoop
 from pipelines.voice.recall import ContextProvider
-from server import config_mapping
+from server import __version__, config_mapping
 from server.config import Settings
-from server.media.sessions import Analyzers
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class Analyzers:
+    """Factories for the analysers each new pipeline gets; None means the counting-only seams."""
+
+    video: Callable[[], VideoAnalyzer] | None = None
+    audio: Callable[[str], AudioAnalyzer] | None = None  # given the origin: webrtc, rtsp or file
+    closers: list[Callable[[], Awaitable[None]]] = dataclasses.field(default_factory=list)
+
+    async def close(self) -> None:
+        for close in self.closers:
+            await close()
+
+    def pipeline(self, settings: Settings, session_id: str, *, origin: str, clock: Clock, emit: Callable[..., None],
+                 config: SessionConfig, timeline: TimelineSink | None = None) -> SessionPipeline:
+        """A session pipeline with this process's analysers and the configured limits."""
+        return SessionPipeline(
+            session_id,
+            origin=origin,
+            clock=clock,
+            emit=emit,
+            config=config,
+            server_version=__version__,
+            video_analyzer=self.video() if self.video else None,
+            audio_analyzer=self.audio(origin) if self.audio else None,
+            metrics_interval_s=settings.sessions.metrics_interval_s,
+            audio_queue_frames=settings.sessions.audio_queue_frames,
+            timeline=timeline,
+        )
 
 
 class ModelPool:
@@ -264,3 +298,5 @@ class Engines:
         if self._owns_models:
             await self.models.close()
 
+
+ENGINES = web.AppKey("engines", Engines)

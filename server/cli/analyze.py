@@ -11,9 +11,8 @@ from pipelines.clock import VirtualClock
 from pipelines.protocol import Event, ServerMessage
 from pipelines.sources.container import ContainerSource, SourceState
 from server.config import Settings
-from server.engines import Engines
-from server.media.sessions import Analyzers
-from server.store.events import open_timeline, recorder_factory
+from server.engines import Analyzers, Engines
+from server.services import open_timeline, recorder_factory
 
 
 async def analyze_file(

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
+from aiohttp import web
 from prometheus_client import Counter, Gauge
 
 from pipelines.protocol import MediaCounts
@@ -524,3 +525,6 @@ class ClusterNode:
             self._require()
         return [{"id": n.id, "url": n.url, "draining": n.draining, "load": n.load, "self": n.id == self.node_id}
                 for n in nodes.values()]
+
+
+CLUSTER = web.AppKey("cluster", ClusterNode)  # only with cluster.redis_url

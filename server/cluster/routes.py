@@ -12,12 +12,12 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, Field
 
-from server.cluster.node import ClusterNode
+from server.cluster.node import CLUSTER, ClusterNode
 from server.http.errors import ApiError, read_json_body
 from server.http.route import Route
 from server.media.routes import SessionInfo, SessionList, SourceInfo, SourceList
-from server.media.sources import MediaPathError, PathOutsideMediaRoot, SourceRequest
-from server.state import CLUSTER, SESSIONS, SOURCES
+from server.media.sessions import SESSIONS
+from server.media.sources import SOURCES, MediaPathError, PathOutsideMediaRoot, SourceRequest
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -264,3 +264,6 @@ def mount_grpc(app: web.Application, server: GrpcServer | None) -> None:
     if server is not None:
         app.on_startup.append(lambda app: server.start())
         app.on_shutdown.insert(0, lambda app: server.stop())  # before the app closes the models its conversations use
+
+
+GRPC_SERVER = web.AppKey("grpc_server", GrpcServer)  # only with grpc.enabled

@@ -6,6 +6,7 @@ token they say only that; with it, ``/healthz`` adds the version and the session
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 from typing import Literal
 
 from aiohttp import web
@@ -13,9 +14,23 @@ from pydantic import BaseModel, Field
 
 from server import __version__
 from server.http.auth import presented_token
-from server.state import AUDIO, CHAT_SERVICE, MEMORY, SESSIONS, SETTINGS, SOURCES, STARTUP, StartUp
+from server.media.sessions import SESSIONS
+from server.media.sources import SOURCES
+from server.state import MEMORY, SETTINGS
+from server.v1.audio_services import AUDIO
+from server.v1.chat_service import CHAT_SERVICE
 
 ModelState = Literal["loaded", "on_first_use", "off"]
+
+
+@dataclass
+class StartUp:
+    """Whether the app's start-up steps have all run (the readiness probe's first condition)."""
+
+    done: bool = False
+
+
+STARTUP = web.AppKey("probes_startup", StartUp)
 
 
 class Liveness(BaseModel):

@@ -16,15 +16,16 @@ from pipelines.protocol import MediaCounts, SessionConfig, SessionConfigPatch
 from pipelines.session import handle_client_message
 from server.http.errors import read_json_body
 from server.http.route import Route
-from server.media.sessions import SessionRegistry, serialize
+from server.media.sessions import SESSIONS, SessionRegistry, serialize
 from server.media.sources import (
+    SOURCES,
     MediaPathError,
     PathOutsideMediaRoot,
     SourceManager,
     SourceRequest,
     Subscriber,
 )
-from server.state import SESSIONS, SETTINGS, SOURCES, WEBSOCKETS
+from server.state import SETTINGS, WEBSOCKETS
 
 log = logging.getLogger(__name__)
 

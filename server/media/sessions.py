@@ -9,70 +9,39 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiohttp import web
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.rtcdatachannel import RTCDataChannel
 from aiortc.sdp import SessionDescription
 
-from pipelines.clock import Clock, WallClock
+from pipelines.clock import WallClock
 from pipelines.errors import ApiError
 from pipelines.protocol import ServerMessage, SessionConfig
 from pipelines.serving.ratelimit import InProcessRateLimiter
 from pipelines.session import (
-    AudioAnalyzer,
     SessionPipeline,
     TimelineSink,
-    VideoAnalyzer,
     handle_client_message,
     pump_track,
 )
-from server import __version__
 from server.allocator import HeapTrimmer
 from server.config import Settings
+from server.engines import Analyzers
 from server.media.admission import LoopLoadMonitor
 from server.media.jitter import release_backlog
 from server.media.rtc_release import release_peer_connection
-from server.metrics import SESSIONS
+from server.metrics import SESSIONS as OPEN_SESSIONS
 
 log = logging.getLogger(__name__)
 
 RESULTS_LABEL = "results"
 
-# Makes a session's or source's timeline recorder, given (origin, name): server.store.events.recorder_factory.
+# Makes a session's or source's timeline recorder, given (origin, name): server.services.recorder_factory.
 TimelineFactory = Callable[[str, str | None], TimelineSink]
-
-
-@dataclass
-class Analyzers:
-    """Factories for the analysers each new pipeline gets; None means the counting-only seams."""
-
-    video: Callable[[], VideoAnalyzer] | None = None
-    audio: Callable[[str], AudioAnalyzer] | None = None  # given the origin: webrtc, rtsp or file
-    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-
-    async def close(self) -> None:
-        for close in self.closers:
-            await close()
-
-    def pipeline(self, settings: Settings, session_id: str, *, origin: str, clock: Clock, emit: Callable[..., None],
-                 config: SessionConfig, timeline: TimelineSink | None = None) -> SessionPipeline:
-        """A session pipeline with this process's analysers and the configured limits."""
-        return SessionPipeline(
-            session_id,
-            origin=origin,
-            clock=clock,
-            emit=emit,
-            config=config,
-            server_version=__version__,
-            video_analyzer=self.video() if self.video else None,
-            audio_analyzer=self.audio(origin) if self.audio else None,
-            metrics_interval_s=settings.sessions.metrics_interval_s,
-            audio_queue_frames=settings.sessions.audio_queue_frames,
-            timeline=timeline,
-        )
 
 
 def check_connectable_offer(sdp: str) -> SessionDescription:
@@ -298,7 +267,7 @@ class SessionRegistry(PipelineHost):
             raise ApiError("invalid_sdp", f"cannot use this offer: {error!r}"[:500]) from None
 
         self.sessions[session_id] = session
-        SESSIONS.set(len(self.sessions))
+        OPEN_SESSIONS.set(len(self.sessions))
         pipeline.start()
         session.tasks.append(asyncio.create_task(self._expire_unconnected(session), name=f"{session_id}:expiry"))
         log.info("session %s opened (tracks: %s)", session_id, pipeline.tracks)
@@ -326,7 +295,7 @@ class SessionRegistry(PipelineHost):
         if session is None or session.closed:
             return False
         session.closed = True
-        SESSIONS.set(len(self.sessions))
+        OPEN_SESSIONS.set(len(self.sessions))
         current = asyncio.current_task()
         for task in session.tasks:
             if task is not current:
@@ -342,3 +311,6 @@ class SessionRegistry(PipelineHost):
 
     async def close_all(self) -> None:
         await asyncio.gather(*(self.close(sid) for sid in list(self.sessions)))
+
+
+SESSIONS = web.AppKey("sessions", SessionRegistry)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipelines.clock import Clock, VirtualClock, WallClock
@@ -22,8 +23,10 @@ from pipelines.session import SessionPipeline
 from pipelines.sources.container import ContainerSource, PacketSink, ReaderSettings, SourceState
 from pipelines.sources.urls import normalize_source_url, redact_url
 from server.config import Settings
-from server.media.sessions import Analyzers, PipelineHost, TimelineFactory, serialize
-from server.metrics import SOURCE_STATES, SOURCES
+from server.engines import Analyzers
+from server.media.sessions import PipelineHost, TimelineFactory, serialize
+from server.metrics import SOURCE_STATES
+from server.metrics import SOURCES as RUNNING_SOURCES
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +198,7 @@ class SourceManager(PipelineHost):
             packet_sink=timeline if isinstance(timeline, PacketSink) else None,
         )
         self.sources[source_id] = source
-        SOURCES.set(len(self.sources))
+        RUNNING_SOURCES.set(len(self.sources))
         pipeline.start()
         pipeline.play_audio_locally()
         source.reader.start()
@@ -206,7 +209,7 @@ class SourceManager(PipelineHost):
         source = self.sources.pop(source_id, None)
         if source is None:
             return False
-        SOURCES.set(len(self.sources))
+        RUNNING_SOURCES.set(len(self.sources))
         if source.reader is not None:
             await source.reader.stop()
         await source.pipeline.close()
@@ -217,3 +220,6 @@ class SourceManager(PipelineHost):
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(self.stop(sid) for sid in list(self.sources)))
+
+
+SOURCES = web.AppKey("sources", SourceManager)

@@ -31,8 +31,7 @@ from pipelines.speech import SpeechBusy
 from server.config import Settings
 from server.engines import Engines
 from server.http.errors import parser_error_reason, read_json_body
-from server.state import AUDIO
-from server.v1.audio_services import AudioServices
+from server.v1.audio_services import AUDIO, AudioServices
 from server.v1.ingress import MULTIPART_FIELD_BYTES as MAX_FIELD_BYTES
 
 log = logging.getLogger(__name__)

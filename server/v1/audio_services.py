@@ -7,6 +7,8 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from aiohttp import web
+
 from pipelines.batch.engine import TranscriptionEngine
 from pipelines.batch.jobs import JobQueue, JobStoreInUse, JobStoreUnavailable
 from pipelines.errors import ApiError
@@ -71,3 +73,6 @@ class AudioServices:
         self.engine.close()
         if self._speech is not None:
             self._speech.close()
+
+
+AUDIO = web.AppKey("audio", AudioServices)  # only with transcription or speech enabled

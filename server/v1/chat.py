@@ -28,10 +28,9 @@ from pipelines.serving.prompt import PromptTooLong
 from pipelines.serving.telemetry import CHAT_REQUESTS, StageTimer
 from server.config import Settings
 from server.http.errors import openai_error_body, read_json_body
-from server.state import CHAT_SERVICE, DISCONNECTS
 from server.v1.chat_request import ChatCompletionBody
-from server.v1.chat_service import ChatService, chat_error, collect
-from server.v1.disconnects import ClientDisconnected, DisconnectWatcher
+from server.v1.chat_service import CHAT_SERVICE, ChatService, chat_error, collect
+from server.v1.disconnects import DISCONNECTS, ClientDisconnected, DisconnectWatcher
 from server.v1.ingress import STAGE_TIMER
 from server.v1.sse import SSE_DONE, sse_event
 
@@ -66,7 +65,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         body = await read_json_body(request, ChatCompletionBody, require_content_type=False)
         await api.discover_models()
         chat = api.validate(body)
-        if api.document_retriever is not None:  # a document collection (server/store/memory.py)
+        if api.document_retriever is not None:  # a document collection (server/records/memory.py)
             chat, request[DOCUMENT_SOURCES] = await api.document_retriever(body.model_dump(), chat)
     with api.slot():
         return await _complete(request, api, disconnects, body, chat, timer)

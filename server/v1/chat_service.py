@@ -9,6 +9,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
+from aiohttp import web
+
 from models.embeddings import TextEmbedder
 from models.llm import LanguageModel, LlmRequestError, LlmUnavailable
 from models.llm.router import ANY_MODEL, RoutedLlm
@@ -46,7 +48,7 @@ class ChatService:
         self._pipeline: ChatPipeline | None = None
         self._loading = asyncio.Lock()
         self._llm_for_test: LanguageModel | None = None
-        self.document_retriever = document_retriever  # a request's document collection (server/store/memory.py)
+        self.document_retriever = document_retriever  # a request's document collection (server/records/memory.py)
 
     def served_models(self) -> list[str]:
         """Model ids clients may ask for. With the router's upstreams: the union of the models each upstream is
@@ -166,3 +168,5 @@ async def collect(events: AsyncIterator[ChatDelta | ChatEnd]) -> tuple[str, list
                 return "".join(pieces), token_logprobs, event
     raise LlmUnavailable("the answer ended without a finish")
 
+
+CHAT_SERVICE = web.AppKey("chat_service", ChatService)

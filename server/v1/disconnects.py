@@ -63,3 +63,6 @@ class DisconnectWatcher:
         if self._poller is not None:
             self._poller.cancel()
             await asyncio.gather(self._poller, return_exceptions=True)
+
+
+DISCONNECTS = web.AppKey("chat_disconnects", DisconnectWatcher)

@@ -138,3 +138,6 @@ def mount_v1_ingress(app: web.Application, ingress: V1Ingress) -> None:
         await ingress.close()
 
     app.on_cleanup.append(close)
+
+
+V1_INGRESS = web.AppKey("v1_ingress", V1Ingress)

@@ -19,10 +19,10 @@ from aiohttp import web
 from models.llm.embedded import EmbeddedLlm
 from server.app import create_app
 from server.config import Settings, load_settings
-from server.engines import ModelPool
+from server.engines import Analyzers, ModelPool
 from server.http.serve import start_serving
-from server.media.sessions import Analyzers
-from server.state import SESSIONS, SOURCES
+from server.media.sessions import SESSIONS
+from server.media.sources import SOURCES
 from tests.support.media import make_clip
 from tests.support.redis_server import RedisServer
 

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from models.llm.embedded import EmbeddedLlm
-from server.state import CHAT_SERVICE
+from server.v1.chat_service import CHAT_SERVICE
 from tests.support.llm_server import LlmServer, wait_idle
 from tests.support.ports import free_port
 from tests.support.redis_server import RedisServer

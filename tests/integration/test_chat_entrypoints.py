@@ -10,7 +10,8 @@ import pytest
 
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
-from server.state import CHAT_SERVICE, GRPC_SERVER
+from server.grpc_api.service import GRPC_SERVER
+from server.v1.chat_service import CHAT_SERVICE
 from tests.support.scripted_llm import ScriptedLlmForTest
 
 PII_SCRIPT = ["Call me at 010-12", "34-5678 or write to bo", "b@exam", "ple.com. My number is 900101-1",

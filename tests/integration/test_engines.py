@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from server.state import ENGINES
+from server.engines import ENGINES
 
 
 async def test_every_server_takes_its_weights_from_the_session_pool(vigil, model_pool):

@@ -27,7 +27,8 @@ from prometheus_client import REGISTRY
 
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
-from server.state import CHAT_SERVICE, GRPC_SERVER
+from server.grpc_api.service import GRPC_SERVER
+from server.v1.chat_service import CHAT_SERVICE
 from tests.integration.test_fuzz import EXAMPLES_RUN, _bounded, _live_tasks, _open_fds
 from tests.support.scripted_llm import ScriptedLlmForTest
 

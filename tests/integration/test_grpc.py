@@ -25,7 +25,7 @@ from models.stt.whisper import WhisperStt
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
 from server.grpc_api.generate import GENERATED, generate
-from server.state import GRPC_SERVER
+from server.grpc_api.service import GRPC_SERVER
 from tests.support.audio import silence, speech
 from tests.support.llm_server import LlmServer, wait_idle
 from tests.support.ports import free_port

@@ -20,7 +20,9 @@ import pytest
 from server.cli.client import VigilClient, VigilError
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
-from server.state import AUDIO, CHAT_SERVICE, GRPC_SERVER
+from server.grpc_api.service import GRPC_SERVER
+from server.v1.audio_services import AUDIO
+from server.v1.chat_service import CHAT_SERVICE
 from tests.integration.test_batch_jobs import LONG_SENTENCES
 from tests.support.held_models import HeldModelForTest
 from tests.support.scripted_llm import ScriptedLlmForTest

@@ -172,7 +172,7 @@ async def test_a_deleted_or_expired_timeline_entry_leaves_memory(vigil, tmp_path
 
 
 async def test_memory_without_storage_says_so_and_still_searches_documents(vigil, tmp_path: Path, caplog):
-    with caplog.at_level("WARNING", logger="server.store.memory"):
+    with caplog.at_level("WARNING", logger="server.services"):
         server = await vigil(memory=_memory(tmp_path), storage={"enabled": False})
     assert "nothing sessions and sources see or hear is recorded to index" in caplog.text
     assert not server.app[MEMORY].opened  # nothing feeds it: the embedder waits for the first document
@@ -187,7 +187,7 @@ async def test_memory_without_storage_says_so_and_still_searches_documents(vigil
 async def test_a_memory_that_cannot_open_at_start_up_does_not_stop_the_server(vigil, tmp_path: Path, caplog):
     blocked = tmp_path / "not-a-directory"
     blocked.write_text("a file where the memory's data_dir should be")
-    with caplog.at_level("ERROR", logger="server.store.memory"):
+    with caplog.at_level("ERROR", logger="server.services"):
         server = await vigil(memory={"enabled": True, "data_dir": str(blocked)})
     assert "cannot open the index at start-up" in caplog.text
     assert not server.app[MEMORY].opened

@@ -12,7 +12,7 @@ from aiohttp.test_utils import make_mocked_request
 from server.app import create_app
 from server.config import load_settings
 from server.http.probes import readyz
-from server.state import CHAT_SERVICE
+from server.v1.chat_service import CHAT_SERVICE
 from tests.support.scripted_llm import ScriptedLlmForTest
 
 

@@ -220,7 +220,7 @@ class EntriesIntoTwoZonesOnOneFrameAnalyzerForTest(ZoneEntryAnalyzerForTest):
 
 async def test_events_on_one_frame_share_a_snapshot_and_clip_until_the_last_is_deleted(
         vigil, media: Path, tmp_path: Path):
-    from server.media.sessions import Analyzers
+    from server.engines import Analyzers
 
     server = await vigil(Analyzers(video=EntriesIntoTwoZonesOnOneFrameAnalyzerForTest),
                          sources={"media_root": str(media)}, storage=_storage(tmp_path))
@@ -307,7 +307,7 @@ def _parameter_sets(extradata: bytes) -> list[bytes]:
 
 async def test_an_rtsp_clip_is_remuxed_with_the_cameras_codec_parameters(vigil, tmp_path: Path, monkeypatch):
     from pipelines.timeline import recorder
-    from server.media.sessions import Analyzers
+    from server.engines import Analyzers
     from tests.support.ports import free_port
     from tests.support.rtsp import RtspCamera
 

@@ -27,7 +27,7 @@ from models.stt.whisper import WhisperStt
 from pipelines.voice.audio import OUT_RATE, resample_pcm
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
-from server.state import GRPC_SERVER
+from server.grpc_api.service import GRPC_SERVER
 from tests.integration.test_voice_loop import QUESTION as SPOKEN_QUESTION
 from tests.integration.test_voice_loop import VOICE, VoiceCall
 from tests.support.audio import rms, silence, speech

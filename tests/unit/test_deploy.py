@@ -14,8 +14,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from server.app import route_table
 from server.config import Settings, load_settings
-from server.http.routes import route_table
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 READYZ = "/readyz"  # the readiness endpoint (issue 12 adds it beside /healthz)

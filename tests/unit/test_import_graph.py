@@ -1,6 +1,7 @@
 """The package import graph: imports point one way (server -> pipelines -> models) and no module imports itself
 back through others, counting imports deferred into functions too (a deferred import hides a cycle, it does not
-remove it)."""
+remove it). Inside server/ they point down its floors (``SERVER_FLOORS``), and only the composition root
+(``server.app``) gathers the front-ends' routes."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def test_the_cycle_finder_finds_one():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-FRONT_ENDS = ("server.http", "server.media", "server.v1", "server.store", "server.cluster", "server.grpc_api",
+FRONT_ENDS = ("server.http", "server.media", "server.v1", "server.records", "server.cluster", "server.grpc_api",
               "server.cli")
 
 
@@ -97,9 +98,80 @@ def test_the_cli_is_a_leaf():
 
 
 def test_live_media_imports_no_other_front_end():
-    # Sessions and sources are the core the cluster, store and the route table build on, never the other way;
+    # Sessions and sources are the core the cluster, the records and the route table build on, never the other way;
     # of server.http only the plumbing (errors, the Route type), not the table that gathers everyone's routes.
     outward = sorted(f"{source} -> {target}" for source, targets in import_graph().items() for target in targets
                      if _front_end(source) == "server.media" and _front_end(target) not in (None, "server.media")
                      and target not in ("server.http.errors", "server.http.route"))
     assert not outward, "server.media importing another front-end:\n" + "\n".join(outward)
+
+
+# The floors of server/, lowest first: a module may import its own floor and those below, never one above. Each
+# entry names a package or module and so its submodules (``server`` only its own __init__, so that a new package
+# must be placed); the longest entry that matches a module decides its floor.
+SERVER_FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # what every front-end may use: the config, the HTTP plumbing (errors, auth, the Route type, OpenAPI, serving),
+    # and the keys of what the app holds whose types no server module owns
+    ("plumbing", ("server", "server.config", "server.config_mapping", "server.allocator", "server.metrics",
+                  "server.state", "server.http")),
+    ("engines", ("server.engines",)),  # the models, and the analysers each session and source gets
+    # the front-ends; the probes read every front-end's state to answer /readyz, so they sit beside them
+    ("front-ends", ("server.media", "server.records", "server.v1", "server.cluster", "server.grpc_api",
+                    "server.http.probes")),
+    ("wiring", ("server.services",)),  # builds every front-end's services, once
+    ("composition root", ("server.app",)),  # the route table, the keys set, the services mounted
+    ("cli", ("server.cli",)),
+)
+
+
+def server_floor(module: str) -> int:
+    matches = [(len(prefix), floor) for floor, (_, prefixes) in enumerate(SERVER_FLOORS) for prefix in prefixes
+               if module == prefix or (prefix != "server" and module.startswith(prefix + "."))]
+    assert matches, f"{module} is on no floor of server/: add it to SERVER_FLOORS"
+    return max(matches)[1]
+
+
+def imports_up_a_floor(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{source} ({SERVER_FLOORS[server_floor(source)][0]}) -> {target} "
+                  f"({SERVER_FLOORS[server_floor(target)][0]})"
+                  for source, targets in graph.items() if source.startswith("server.") or source == "server"
+                  for target in targets if target.startswith("server.")
+                  and server_floor(target) > server_floor(source))
+
+
+def test_server_imports_point_down_its_floors():
+    upward = imports_up_a_floor(import_graph())
+    assert not upward, f"{len(upward)} imports up a floor of server/:\n" + "\n".join(upward)
+
+
+def test_the_floor_check_finds_an_upward_import():
+    assert imports_up_a_floor({"server.engines": {"server.media.sessions"}, "server.media.sessions": set()}) == [
+        "server.engines (engines) -> server.media.sessions (front-ends)"]
+    assert imports_up_a_floor({"server.app": {"server.media.sessions"}}) == []
+
+
+ROUTE_OWNERS = ("server.media", "server.cluster", "server.records", "server.v1")  # the front-ends serving HTTP
+
+
+def _route_imports() -> dict[str, set[str]]:
+    """Each server module's imports of a route tuple or table (``MEDIA_ROUTES``, ``v1_routes``, ...) from
+    another package: module -> the modules it takes them from."""
+    found: dict[str, set[str]] = {}
+    for path in (REPO / "server").rglob("*.py"):
+        name = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    and node.module.startswith("server.")
+                    and node.module.rpartition(".")[0] != name.rpartition(".")[0]
+                    and any(alias.name.lower().endswith("_routes") for alias in node.names)):
+                found.setdefault(name, set()).add(node.module)
+    return found
+
+
+def test_only_the_composition_root_gathers_the_front_ends_routes():
+    importers = _route_imports()
+    outside = sorted(module for module in importers if module != "server.app" and _front_end(module) != "server.cli")
+    assert not outside, "modules gathering other packages' routes besides server.app: " + ", ".join(outside)
+    gathered = {owner for owner in ROUTE_OWNERS for module in importers.get("server.app", ())
+                if module.startswith(owner + ".")}
+    assert gathered == set(ROUTE_OWNERS), f"server.app imports no routes of {sorted(set(ROUTE_OWNERS) - gathered)}"

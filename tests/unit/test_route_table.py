@@ -1,13 +1,13 @@
-"""The one route table (``server.http.routes.route_table``): every front-end's routes, as configured, feed both
+"""The one route table (``server.app.route_table``): every front-end's routes, as configured, feed both
 the router and ``/openapi.json``; cluster mode swaps handlers, never paths, and adds ``/api/cluster/*``."""
 
 from __future__ import annotations
 
 from collections import Counter
 
+from server.app import route_table
 from server.config import load_settings
 from server.http.openapi import build_openapi
-from server.http.routes import route_table
 
 
 def _keys(routes) -> set[tuple[str, str]]:

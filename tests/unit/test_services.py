@@ -10,8 +10,7 @@ from typing import Any
 from pipelines.memory.recall import MemoryRecall
 from pipelines.voice.loop import VoiceEngine, VoiceLoop
 from server.config import Settings, load_settings
-from server.engines import VoiceLoops
-from server.media.sessions import Analyzers
+from server.engines import Analyzers, VoiceLoops
 from server.services import build_services
 
 

@@ -17,9 +17,10 @@ from pipelines.errors import ApiError
 from pipelines.memory.feed import memory_entry
 from pipelines.timeline.store import Forgotten, StorageUnavailable
 from pipelines.video.faces import NAME, FaceRecognizer, check_name
+from server.engines import ENGINES
 from server.http.errors import read_body
 from server.http.route import Route
-from server.state import ENGINES, MEMORY, TIMELINE
+from server.state import MEMORY, TIMELINE
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024  # all the photos of one request together
 MAX_IMAGES = 20

@@ -1,140 +1,31 @@
-"""The memory's wiring: one index per app, fed by what the timeline store commits (``TimelineFeed``), searched by
-``GET /api/search``, holding chat documents (``/api/collections/...``), and recalled by the voice loop."""
+"""The memory's HTTP API: ``GET /api/search`` over what the timeline store committed, the chat documents'
+collections (``/api/collections/...``), and a chat request's documents (``chat_documents``). (The index, its feed
+from the timeline, voice recall and the chat service's retriever are built by ``server.services``.)"""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import logging
 import re
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.embeddings import TextEmbedder
 from pipelines.errors import parse_number
 from pipelines.memory.documents import document_entries
 from pipelines.memory.entries import KINDS, TIMELINE_KINDS, SearchFilters, SearchHit
-from pipelines.memory.feed import TimelineFeed
-from pipelines.memory.index import MemoryIndex, SearchMode, VectorIndex
-from pipelines.memory.lance_vectors import LanceVectors
-from pipelines.memory.recall import MemoryRecall
-from pipelines.memory.vectors import MilvusVectors
+from pipelines.memory.index import MemoryIndex, SearchMode
 from pipelines.serving.chat import ChatInput
-from pipelines.timeline.store import TimelineStore
 from server.config import Settings
-from server.engines import Engines
 from server.http.errors import ApiError, read_body, validate_json
 from server.http.route import Route
-from server.state import MEMORY, MEMORY_CATCH_UP, SETTINGS
-from server.v1.chat_service import DocumentRetriever
-
-log = logging.getLogger(__name__)
+from server.state import MEMORY, SETTINGS
 
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 SEARCH_PARAMS = frozenset({"q", "source", "session", "kind", "since", "until", "limit", "mode"})
 MODES: tuple[SearchMode, ...] = ("hybrid", "keyword", "vector")
-
-
-def build_index(settings: Settings, embedder: Callable[[], TextEmbedder]) -> MemoryIndex:
-    """``embedder``: the app's MiniLM (``Engines.embedder``, loaded on first use and shared with the chat cache)."""
-    config = settings.memory
-    return MemoryIndex(
-        config.data_dir,
-        embedder=embedder,
-        vectors=lambda dimension: open_vectors(settings, dimension),
-        queue_max=config.queue_max, batch_max=config.batch_max, candidates=config.candidates, rrf_k=config.rrf_k,
-        search_workers=config.search_workers, search_queue_max=config.search_queue_max,
-        search_retry_after_s=config.search_retry_after_s,
-    )
-
-
-def open_vectors(settings: Settings, dimension: int) -> VectorIndex:
-    """The vector index: LanceDB embedded in ``data_dir`` (the default), or a Milvus server at ``memory.uri``."""
-    config = settings.memory
-    if config.uri is None:
-        return LanceVectors(config.data_dir / "vectors.lance", config.collection, dimension)
-    token = config.token.get_secret_value() if config.token else None
-    return MilvusVectors(config.uri, config.collection, dimension, token=token)
-
-
-def build_memory(settings: Settings, engines: Engines) -> MemoryIndex | None:
-    """The app's memory index (``memory.enabled``), embedding with the app's MiniLM."""
-    return build_index(settings, engines.embedder) if settings.memory.enabled else None
-
-
-def voice_recall(settings: Settings, index: MemoryIndex | None) -> MemoryRecall | None:
-    """What voice loops ask the memory before each answer (``memory.voice``), when memory is on; ``build_services``
-    builds the session voice loops with it."""
-    config = settings.memory.voice
-    if index is None or not config.enabled:
-        return None
-    return MemoryRecall(index, max_entries=config.max_entries, max_tokens=config.max_tokens,
-                        timeout_s=config.timeout_s)
-
-
-def document_retriever(settings: Settings, index: MemoryIndex | None) -> DocumentRetriever | None:
-    """What the chat service asks for a request's documents (``collection``), when memory is on."""
-    if index is None:
-        return None
-    return lambda raw, chat: chat_documents(index, settings, raw, chat)
-
-
-def mount_memory(app: web.Application, settings: Settings, index: MemoryIndex | None,
-                 timeline: TimelineStore | None) -> None:
-    """With memory enabled, the index fed by the timeline (``timeline``: the stored one, None with storage off)
-    from start-up, and closed on cleanup. (Its routes are in the table always: disabled, they answer 503.)"""
-    if index is None:
-        return
-    config = settings.memory
-
-    async def start(app: web.Application) -> None:
-        index.start()
-        store = timeline
-        if store is None or not store.available:
-            why = "storage.enabled is false" if store is None else store.open_error
-            log.warning("memory: %s, so nothing sessions and sources see or hear is recorded to index; "
-                        "/api/search still searches documents", why)
-            return
-        # Loaded now, as the session models are: on first use it costs seconds of CPU inside a live session. A
-        # failure here must not stop the server (memory is an extra): the first entry tries again, as before.
-        try:
-            await index.open()
-        except Exception:
-            log.exception("memory: cannot open the index at start-up; the first entry to index tries again")
-        feed = TimelineFeed(index.add, asyncio.get_running_loop(), event_names=config.event_names)
-        store.add_listener(feed)
-        store.add_delete_listener(index.forget_events)  # a deleted or expired timeline entry leaves memory too
-        # What the timeline committed but memory never indexed (the last run died with entries queued): in the
-        # background, after the live feed is listening (both are idempotent), so start-up does not wait for it.
-        catch_up = asyncio.create_task(index.catch_up(store.entries_after, feed.backlog), name="memory:catch-up")
-        app[MEMORY_CATCH_UP] = catch_up
-        catch_up.add_done_callback(_log_catch_up_failure)
-
-    async def stop_catching_up(app: web.Application) -> None:
-        # On shutdown, before any cleanup: the catch-up reads the timeline store, which cleanup closes.
-        catch_up = app.get(MEMORY_CATCH_UP)
-        if catch_up is not None and not catch_up.done():
-            catch_up.cancel()
-            await asyncio.gather(catch_up, return_exceptions=True)
-
-    async def close(app: web.Application) -> None:
-        await stop_catching_up(app)
-        await index.close()
-
-    app.on_startup.append(start)
-    app.on_shutdown.append(stop_catching_up)
-    app.on_cleanup.append(close)
-
-
-def _log_catch_up_failure(task: asyncio.Task[int]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("memory: catching up with the timeline failed (the next start tries again)",
-                  exc_info=task.exception())
 
 
 def _index(request: web.Request) -> MemoryIndex:

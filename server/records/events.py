@@ -1,5 +1,5 @@
-"""``/api/events``: the persisted timeline, event clips (range requests) and snapshots; and the wiring that gives
-every session and source its timeline recorder (``storage`` config)."""
+"""``/api/events``: the persisted timeline, event clips (range requests) and snapshots. (The timeline store and
+the recorder every session and source gets are built by ``server.services``.)"""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import asyncio
 import math
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,13 +14,10 @@ from aiohttp import hdrs, web
 from pydantic import BaseModel, Field
 
 from pipelines.errors import parse_number
-from pipelines.timeline.recorder import AppearRule, RecorderSettings, TimelineRecorder
 from pipelines.timeline.store import ENTRY_KINDS, StorageUnavailable, TimelineEntry, TimelineStore
 from pipelines.video.plates import normalise_plate
-from server.config import Settings
 from server.http.errors import ApiError
 from server.http.route import Route
-from server.media.sessions import TimelineFactory
 from server.state import TIMELINE
 
 MAX_PAGE = 500
@@ -221,66 +216,3 @@ EVENT_ROUTES: tuple[Route, ...] = (
     Route("DELETE", _ONE, delete_event, "Delete a stored event, its snapshot and (unless shared) its clip",
           status=204, errors=(401, 404, 503)),
 )
-
-
-# ---------------------------------------------------------------- wiring
-
-
-def open_timeline(settings: Settings) -> TimelineStore:
-    """The store the config describes, opened (blocking). When the data dir is unusable it stays closed and
-    sessions run live-only (each reports it once)."""
-    config = settings.storage
-    store = TimelineStore(config.data_dir, max_age_s=config.retention_days * 86400, quota_bytes=config.quota_bytes,
-                          queue_entries=config.queue_entries, batch_entries=config.batch_entries,
-                          retention_interval_s=config.retention_interval_s)
-    store.open()
-    return store
-
-
-def recorder_factory(settings: Settings, store: TimelineStore, executor: ThreadPoolExecutor) -> TimelineFactory:
-    config = settings.storage
-    recorder_settings = RecorderSettings(
-        clips=config.clips and config.enabled, pre_s=config.pre_s, post_s=config.post_s, max_s=config.max_s,
-        clip_fps=config.clip_fps, scene_interval_s=config.scene_interval_s, quota_bytes=config.quota_bytes,
-        appear=tuple(AppearRule(rule.label, rule.min_conf) for rule in config.appear),
-    )
-
-    def make(origin: str, name: str | None) -> TimelineRecorder:
-        mode = "packets" if origin in ("rtsp", "file") else "frames"
-        return TimelineRecorder(store, recorder_settings, executor, mode=mode, source_name=name)
-
-    return make
-
-
-@dataclass
-class Timeline:
-    """The timeline service: the store (opened with ``storage.enabled``; otherwise never opened, and recorders
-    still raise 'object appeared' events and alerts) and the recorder factory every session and source gets."""
-
-    store: TimelineStore
-    stored: bool
-    recorders: TimelineFactory
-    executor: ThreadPoolExecutor
-
-    async def close(self) -> None:
-        # After sessions and sources closed (on_shutdown): their last clips are written by now.
-        await asyncio.to_thread(self.executor.shutdown, True)
-        await asyncio.to_thread(self.store.close)
-
-
-def build_timeline(settings: Settings) -> Timeline:
-    executor = ThreadPoolExecutor(2, thread_name_prefix="vigil-clips")
-    if settings.storage.enabled:
-        store = open_timeline(settings)
-    else:  # never opened: nothing is stored, but recorders still raise 'object appeared' events and alerts
-        store = TimelineStore(settings.storage.data_dir, max_age_s=0, quota_bytes=0)
-    return Timeline(store, settings.storage.enabled, recorder_factory(settings, store, executor), executor)
-
-
-def mount_events(app: web.Application, timeline: Timeline) -> None:
-    """The timeline closed on the app's cleanup."""
-
-    async def close(app: web.Application) -> None:
-        await timeline.close()
-
-    app.on_cleanup.append(close)

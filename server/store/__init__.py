@@ -1,2 +1,0 @@
-"""What Vigil keeps: the events timeline (/api/events: clips, snapshots) and memory (/api/search,
-/api/collections)."""
