@@ -22,6 +22,11 @@ def test_upstream_settings_and_the_router_have_the_same_fields():
     assert set(LlmUpstream.model_fields) == _fields(UpstreamConfig)
 
 
+def test_the_router_defaults_to_the_configs_routing():
+    # Declared twice (the router's dataclass serves its direct callers): at least they may not drift apart.
+    assert dataclasses.asdict(RoutingConfig()) == LlmRouting().model_dump()
+
+
 def test_every_routing_value_set_in_the_config_arrives():
     routing = LlmRouting(strategy="cost-aware", saturation=9, health_interval_s=7.0, health_timeout_s=1.5,
                          request_timeout_s=11.0, latency_alpha=0.7, max_attempts=5, affinity_conversations=3,
