@@ -33,8 +33,8 @@ import numpy as np
 from models.detectors import load_detector
 from models.faces.dlib import DlibFaces, DlibFacesConfig
 from models.plates.rapidocr import RapidOcr, RapidOcrConfig
-from pipelines.video.faces import FaceGallery, FaceRecognizer, FaceSettings
-from pipelines.video.plates import PlateReader, PlateSettings
+from pipelines.video.faces import FaceGallery, FaceRecognitionConfig, FaceRecognizer
+from pipelines.video.plates import PlateReader, PlateReadingConfig
 from server.config import load_settings
 from tests.support.face_photos import ENROLLED, evaluate, photo_bytes, photo_rgb, precision_recall
 from tests.support.media import real_image
@@ -72,7 +72,8 @@ def main() -> None:
     pose = load_detector(settings.models.detector)
     ssd = load_detector(load_settings(None, {"models": {"detector": {"backend": "opencv-ssd"}}}).models.detector)
     with tempfile.TemporaryDirectory() as tmp:
-        recognizer = FaceRecognizer(DlibFaces(DlibFacesConfig()), FaceGallery(Path(tmp)), FaceSettings(enabled=True))
+        faces = FaceRecognitionConfig(enabled=True)
+        recognizer = FaceRecognizer(DlibFaces(DlibFacesConfig()), FaceGallery(Path(tmp)), faces)
         for name, photo in ENROLLED.items():
             recognizer.enrol(name, [photo_bytes(photo)])
         rows = [("stage", "image", "ms median", "detector ms", "ratio")]
@@ -86,7 +87,7 @@ def main() -> None:
                                        lambda bgr=bgr: pose.detect([bgr]), args.repeats)
             rows.append(("face", f"{photo} {rgb.shape[1]}x{rgb.shape[0]}", statistics.median(face_ms),
                          statistics.median(detect_ms), statistics.median(face_ms) / statistics.median(detect_ms)))
-        reader = PlateReader(RapidOcr(RapidOcrConfig()), PlateSettings(enabled=True))
+        reader = PlateReader(RapidOcr(RapidOcrConfig()), PlateReadingConfig(enabled=True))
         bgr = np.ascontiguousarray(_bus_with_plate()[..., ::-1])
         vehicle = next(d for d in ssd.detect([bgr])[0] if d.label in ("bus", "car", "truck"))
         reading = reader.read(bgr, vehicle.box)

@@ -9,7 +9,6 @@ the LLM router) are never pooled: each app builds and closes its own."""
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 import threading
@@ -38,10 +37,10 @@ from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import InferenceBatcher
 from pipelines.video.faces import FaceGallery, FaceRecognizer, StreamFaces
 from pipelines.video.plates import PlateReader, StreamPlates, detector_labels, label_problems
-from pipelines.voice.config import VoiceLoopConfig
+from pipelines.voice.config import VoiceLoopConfig, VoiceLoopOptions
 from pipelines.voice.loop import VoiceEngine, VoiceLoop
 from pipelines.voice.recall import ContextProvider
-from server import __version__, config_mapping
+from server import __version__
 from server.config import Settings
 
 log = logging.getLogger(__name__)
@@ -121,8 +120,12 @@ def build_batcher(settings: Settings) -> InferenceBatcher:
 
 
 def voice_loop_config(settings: Settings, origin: str) -> VoiceLoopConfig:
-    """One session's voice loop config (``server.config_mapping.voice_loop_config`` on ``settings.voice``)."""
-    return config_mapping.voice_loop_config(settings.voice, origin)
+    """One session's voice loop config: ``voice``'s options, and echo gating for its ``origin`` (webrtc, rtsp, file,
+    grpc): ``auto`` is on for sources, which have no echo cancelling."""
+    voice = settings.voice
+    echo_gating = voice.echo_gating == "on" or (voice.echo_gating == "auto" and origin in ("rtsp", "file"))
+    return VoiceLoopConfig(**voice.model_dump(include=set(VoiceLoopOptions.model_fields)), echo_gating=echo_gating,
+                           system_prompt=voice.system_prompt)
 
 
 class VoiceLoops:
@@ -136,7 +139,7 @@ class VoiceLoops:
         """``system_prompt``: instead of ``voice.system_prompt`` (a gRPC conversation's own)."""
         config = voice_loop_config(self.settings, origin)
         if system_prompt:
-            config = dataclasses.replace(config, system_prompt=system_prompt)
+            config = config.model_copy(update={"system_prompt": system_prompt})
         return VoiceLoop(self.engine, config, recall=self.recall)
 
     def with_recall(self, recall: ContextProvider) -> VoiceLoops:
@@ -250,7 +253,7 @@ class Engines:
         def build() -> FaceRecognizer:
             faces = self.settings.video.faces
             recognizer = FaceRecognizer(self.models.backend(FACE_MODELS, faces.model), self.face_gallery(),
-                                        config_mapping.face_settings(faces))
+                                        faces)
             self._per_app.append(recognizer)  # its thread is this app's
             return recognizer
 
@@ -265,7 +268,7 @@ class Engines:
 
         def build() -> PlateReader:
             plates = self.settings.video.plates
-            reader = PlateReader(self.models.backend(TEXT_READERS, plates.model), config_mapping.plate_settings(plates))
+            reader = PlateReader(self.models.backend(TEXT_READERS, plates.model), plates)
             self._per_app.append(reader)
             return reader
 

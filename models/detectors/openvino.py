@@ -1,15 +1,13 @@
-"""``backend: openvino``: YOLO on Intel's OpenVINO runtime (CPU), the IR exported offline from the weights into
-``cache_dir`` at set-up (``scripts/setup.sh``) or on first load (``export_ir`` below). The default
-on x86-64 (``models/detectors/__init__.py`` ``default_backend``); detections match the ``yolo`` backend's within the
-tolerance stated in ``tests/integration/test_openvino_detector.py``.
+"""``backend: openvino``: YOLO (detect or pose) on Intel's OpenVINO runtime (CPU), behind the detector protocol; the
+default on x86-64 (``models/detectors/__init__.py`` ``default_backend``).
 
-YOLO (detect or pose) on Intel's OpenVINO runtime (CPU), behind the detector protocol.
-
-The IR is made offline from the weights (the packaged yolo11n-pose.pt by default) by Ultralytics' own exporter
-(``export(format="openvino", dynamic=True)``, ~5 s) into a cache directory keyed by the weights' hash, on the first
-load. Pre- and post-processing are Ultralytics' own, as its predictor applies them to the torch model: the same
-letterbox (the smallest stride-32 rectangle when every image of a batch has one shape, else the square ``imgsz``),
-the same NMS, the same box and keypoint rescaling, so detections compare with the ``yolo`` backend's.
+The IR is exported offline from the weights (the packaged yolo11n-pose.pt by default) by Ultralytics' own exporter
+(``export(format="openvino", dynamic=True)``, ~5 s) into ``cache_dir``, keyed by the weights' hash, at set-up
+(``scripts/setup.sh``) or on the first load (``export_ir`` below). Pre- and post-processing are Ultralytics' own, as
+its predictor applies them to the torch model: the same letterbox (the smallest stride-32 rectangle when every image
+of a batch has one shape, else the square ``imgsz``), the same NMS, the same box and keypoint rescaling, so
+detections match the ``yolo`` backend's within the tolerance stated in
+``tests/integration/test_openvino_detector.py``.
 
 The IR's input is dynamic; each input shape gets its own static compiled model (0.2-0.4 s to compile here, and
 faster than running a dynamic one: 1.05-1.2x with only the batch dynamic). A batch runs in chunks whose sizes are

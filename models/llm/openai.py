@@ -2,7 +2,8 @@
 each upstream is streamed by ``openai_chat.OpenAiLlm``); a plain ``base_url`` is one upstream that serves any model
 name. The router holds HTTP sessions and a health-check task on the app's event loop, so each app builds its own
 (``per_app``) and closes it. This module is also the boundary from the config to the router's own dataclasses:
-every field is passed by name (``tests/unit/test_config_mapping.py`` fails when a field exists on one side only)."""
+every field is passed by name (``tests/unit/test_llm_routing_config.py`` fails when a field exists on one side
+only)."""
 
 from __future__ import annotations
 
@@ -77,8 +78,8 @@ def build(config: OpenAiLlmConfig) -> LanguageModel:
 
 def routing_config(routing: LlmRouting) -> RoutingConfig:
     """``models.llm.routing`` -> the router's strategy and timings. The two have the same fields, all plain values
-    (``tests/unit/test_config_mapping.py``), so each is passed by its own name: a field on the config side only is
-    a TypeError here, one on the router's side only fails that test."""
+    (``tests/unit/test_llm_routing_config.py``), so each is passed by its own name: a field on the config side only
+    is a TypeError here, one on the router's side only fails that test."""
     return RoutingConfig(**routing.model_dump())
 
 

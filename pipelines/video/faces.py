@@ -37,6 +37,7 @@ from typing import Any
 
 import av
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from models.detectors import Detection
 from models.faces import FaceBox, FaceModel
@@ -50,24 +51,38 @@ KEYPOINT_CONF = 0.5  # a pose keypoint counts as visible from this confidence
 FACE_PX = 110  # the face's width in the crop given to HOG (its window is 80 px; dlib's chips are 150 px)
 MAX_UPSCALE = 4.0
 MAX_IMAGE_SIDE = 2000  # enrolment photos are shrunk to this first (HOG's cost grows with the pixels)
-MAX_IMAGE_PIXELS = 40_000_000  # video.faces.max_image_pixels: larger uploads are refused before decoding
+MAX_IMAGE_PIXELS = 40_000_000  # the default of video.faces.max_image_pixels
 JPEG_QUALITY = 95  # stored photos, re-encoded without their metadata
 NAME = re.compile(r"^\w[\w .'\-]{0,63}$")
 _NOSE, _LEFT_EYE, _RIGHT_EYE, _LEFT_EAR, _RIGHT_EAR = range(5)
 
 
-@dataclass(frozen=True, slots=True)
-class FaceSettings:
-    """``video.faces`` as the pipeline takes it (``server.config_mapping.face_settings``)."""
+class FaceRecognitionConfig(BaseModel):
+    """Face recognition's knobs, declared once: ``video.faces`` in the server's config is this model (and the
+    face model's backend)."""
 
-    enabled: bool = False
-    threshold: float = 0.9  # cosine similarity from which a face is the enrolled person's
-    interval_s: float = 1.0  # per track, media time between two looks
-    max_per_frame: int = 2
-    max_wait_s: float = 0.25  # how long a frame waits for its stream's look (longer: a later frame gets it)
-    min_face_px: int = 40  # faces narrower than this in the frame are not looked at
-    labels: tuple[str, ...] = ("person",)
-    max_image_pixels: int = MAX_IMAGE_PIXELS  # an uploaded photo larger than this is refused from its header
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description=(
+        "Recognise enrolled people (POST /api/faces/{name}) on tracked persons: tracks, their events and timeline "
+        "entries carry identity (name and score, or name null: a face that matches nobody)."))
+    threshold: float = Field(0.92, ge=-1, le=1, description=(
+        "Cosine similarity of two face embeddings from which they are the same person (dlib's ResNet: 0.92 is its "
+        "author's Euclidean distance 0.4 on unit vectors, stricter than his 0.6: fewer wrong names, more unknowns)."))
+    interval_s: float = Field(1.0, gt=0, le=3600, description=(
+        "Per track: media seconds between two looks at its face until it is recognised (then never again); the "
+        "interval doubles after each look that finds no name, up to 8 times."))
+    max_per_frame: int = Field(2, ge=1, le=64, description=(
+        "Faces looked at per analysed frame at most (the largest persons first): bounds the cost of a crowd."))
+    max_wait_s: float = Field(0.25, ge=0, le=10, description=(
+        "How long a frame waits for its stream's look, so that a name found at once is on that frame's events; a "
+        "look that takes longer is applied to a later frame (detection never waits behind faces)."))
+    min_face_px: int = Field(40, ge=16, le=1000, description="Faces narrower than this (frame pixels) are ignored.")
+    labels: list[str] = Field(["person"], min_length=1, description="Detector labels whose tracks have faces.")
+    max_image_pixels: int = Field(MAX_IMAGE_PIXELS, ge=1_000_000, le=150_000_000, description=(
+        "The largest enrolment photo (POST /api/faces/{name}), in pixels, read from its header before anything is "
+        "decoded: a larger one is refused (400 image_too_large). A 110 KB one-colour PNG can say 30000x30000, "
+        "2.7 GB once decoded; 40 megapixels (a 7300x5500 camera photo) decode to 120 MB."))
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +286,7 @@ class FaceRecognizer:
     """The face model and the gallery, shared by the app's streams and its enrolment API. Blocking methods: call
     them from a worker thread (the streams use ``executor``, one thread: faces never take more than one core)."""
 
-    def __init__(self, model: FaceModel, gallery: FaceGallery, settings: FaceSettings) -> None:
+    def __init__(self, model: FaceModel, gallery: FaceGallery, settings: FaceRecognitionConfig) -> None:
         self.model = model
         self.gallery = gallery
         self.settings = settings

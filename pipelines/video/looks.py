@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -32,7 +33,7 @@ FORGET_S = 30.0  # a track not seen this long is forgotten (ByteTrack dropped it
 class LookSettings(Protocol):
     """What bounds the looks (``video.faces`` and ``video.plates`` both have it)."""
 
-    labels: tuple[str, ...]
+    labels: Collection[str]
     interval_s: float
     max_per_frame: int
     max_wait_s: float

@@ -16,11 +16,12 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import av
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from models.detectors import Detection
 from models.plates import TextLine, TextReader
@@ -33,18 +34,47 @@ PLATE_RULE = "4-10 letters and digits with at least one digit, once spaces, dash
 MIN_CROP_PX = 32
 
 
-@dataclass(frozen=True, slots=True)
-class PlateSettings:
-    """``video.plates`` as the pipeline takes it (``server.config_mapping.plate_settings``)."""
+class PlateReadingConfig(BaseModel):
+    """Plate reading's knobs, declared once: ``video.plates`` in the server's config is this model (and the text
+    reader's backend)."""
 
-    enabled: bool = False
-    labels: tuple[str, ...] = ("car", "bus", "truck")
-    interval_s: float = 1.0
-    max_per_frame: int = 1
-    max_wait_s: float = 0.25  # how long a frame waits for its stream's reading (longer: a later frame gets it)
-    min_score: float = 0.6
-    settle_score: float = 0.95
-    known: Mapping[str, str] = field(default_factory=dict)  # normalised plate -> name
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description=(
+        "Read licence plates of vehicle tracks (needs a detector with vehicles: opencv-ssd, or a COCO YOLO): tracks "
+        "and their events carry plate (the best reading: text, score, and the name of a known plate)."))
+    labels: list[str] = Field(["car", "bus", "truck"], min_length=1, description="Detector labels that have plates.")
+    interval_s: float = Field(1.0, gt=0, le=3600, description="Per track: media seconds between two readings.")
+    max_per_frame: int = Field(1, ge=1, le=64, description="Vehicles read per analysed frame at most (largest first).")
+    max_wait_s: float = Field(0.25, ge=0, le=10, description=(
+        "How long a frame waits for its stream's reading; a longer one is applied to a later frame."))
+    min_score: float = Field(0.6, ge=0, le=1, description="Readings below this confidence are ignored.")
+    settle_score: float = Field(0.95, ge=0, le=1, description=(
+        "A track read this confidently is not read again; not below min_score (a reading under min_score is never "
+        "kept, so it could not settle anything)."))
+    known: dict[str, str] = Field(default_factory=dict, description=(
+        "Known plates and their names, e.g. {'AB12CDE': \"Alice's car\"}; compared without spaces, dashes or case, "
+        "so each must be 4-10 letters and digits with a digit once those are dropped (what the reader keeps), and "
+        "two spellings of one plate may not have two names."))
+
+    @field_validator("settle_score")
+    @classmethod
+    def _settle(cls, value: float, info: ValidationInfo) -> float:
+        min_score = info.data.get("min_score")
+        if min_score is not None and value < min_score:
+            raise ValueError(f"settle_score {value} is below min_score {min_score}: a reading under min_score is "
+                             "never kept, so nothing would settle a track below it; set settle_score >= min_score")
+        return value
+
+    @field_validator("known")
+    @classmethod
+    def _plates(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for plate, name in value.items():
+            if not any(c.isalnum() for c in plate) or not 0 < len(plate) <= 32 or not 0 < len(str(name)) <= 100:
+                raise ValueError(f"known: {plate!r}: a plate of 1-32 characters with letters or digits, a name of "
+                                 "1-100 characters")
+        check_known(value)
+        return value
 
 
 def normalise_plate(text: str) -> str:
@@ -112,7 +142,7 @@ class PlateReading:
 class PlateReader:
     """The text reader and the plate rules, shared by the app's streams (``executor``: one thread)."""
 
-    def __init__(self, reader: TextReader, settings: PlateSettings) -> None:
+    def __init__(self, reader: TextReader, settings: PlateReadingConfig) -> None:
         self.reader = reader
         self.settings = settings
         self.known = {normalise_plate(plate): name for plate, name in settings.known.items()}

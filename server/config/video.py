@@ -6,7 +6,7 @@ from pydantic import Field
 
 from pipelines.protocol import LineConfig, MotionConfig, ObjectsConfig, ZoneConfig
 from server.config.base import Section
-from server.config.faces import FacesSettings, PlatesSettings
+from server.config.faces import FacesSection, PlatesSection
 
 
 class VideoSettings(Section):
@@ -31,5 +31,5 @@ class VideoSettings(Section):
                     "min_score (or outside min_area..max_area, min_ratio..max_ratio) is never tracked, and a track "
                     "raises zone and line events, appearances, clips and alerts only once the median of its last "
                     "scores reaches threshold. Defaults (min_score 0.5, threshold 0.7) chosen by bench/events.py.")
-    faces: FacesSettings = Field(default_factory=FacesSettings, description="Face recognition (off by default).")
-    plates: PlatesSettings = Field(default_factory=PlatesSettings, description="Licence plates (off by default).")
+    faces: FacesSection = Field(default_factory=FacesSection, description="Face recognition (off by default).")
+    plates: PlatesSection = Field(default_factory=PlatesSection, description="Licence plates (off by default).")

@@ -1,42 +1,19 @@
-"""``voice``: the voice loop (VAD, turns, prefill, barge-in, the LLM's prompt)."""
+"""``voice``: the voice loop (VAD, turns, prefill, barge-in, the LLM's prompt). Its knobs are the pipeline's
+(``pipelines.voice.config.VoiceLoopOptions``); this section adds what the server decides: whether there is a voice
+loop, echo gating per session origin (``server.engines.voice_loop_config``) and the prompt."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
+from pipelines.voice.config import VoiceLoopOptions
 from server.config.base import Section
 
 
-class VoiceSettings(Section):
+class VoiceSettings(VoiceLoopOptions, Section):
     enabled: bool = True
-    vad_threshold: float = Field(0.5, gt=0, lt=1)
-    min_speech_ms: int = Field(250, ge=32, description="Speech needed before a turn starts (a cough is shorter).")
-    turn_detection: Literal["smart-turn", "silence"] = Field(
-        "smart-turn", description="How a turn ends: smart-turn asks the Smart Turn v3.2 model after a short "
-        "silence whether the user has finished (complete: the turn ends then; unfinished: up to "
-        "turn_max_silence_ms of silence); silence: after end_of_turn_silence_ms of silence, whatever was said."
-    )
-    end_of_turn_silence_ms: int = Field(600, ge=64, description="Silence that ends a turn (turn_detection: silence).")
-    turn_check_silence_ms: int = Field(
-        200, ge=32, description="smart-turn: silence after which the turn model is asked whether the turn is complete."
-    )
-    turn_max_silence_ms: int = Field(
-        1500, ge=64, description="smart-turn: silence that ends a turn the model called unfinished (the cap)."
-    )
-    turn_threshold: float = Field(0.5, gt=0, lt=1, description="smart-turn: completion probability that ends a turn.")
-    max_turn_s: float = Field(30.0, gt=0, description="A longer turn is cut and answered (error turn_too_long).")
-    partial_interval_ms: int = Field(400, ge=100, description="How often the growing turn is re-decoded.")
-    prefill: bool = Field(
-        True, description="Streaming prefill: while the user speaks, an embedded LLM reads each partial's prompt "
-        "ahead (its KV cache); decode the turn as soon as the user goes quiet (or, with a remote LLM, on a stable "
-        "partial) and start the reply then, during the end-of-turn silence; redone if the user goes on speaking."
-    )
-    prefill_stable_ms: int = Field(
-        300, ge=0, description="With a remote LLM: how long a partial must be stable to start a reply on it.")
-    barge_in: bool = True
-    barge_in_min_speech_ms: int = Field(200, ge=32, description="User speech that interrupts a reply.")
     echo_gating: Literal["auto", "on", "off"] = Field(
         "auto", description="Ignore VAD while our reply plays; auto: on for RTSP/file sources (no echo cancelling)."
     )
@@ -46,22 +23,3 @@ class VoiceSettings(Section):
         description="The LLM's instructions; the voice loop adds the camera (and the scene, when the question is "
         "about it) only in sessions with a video track.",
     )
-    max_reply_tokens: int = Field(96, ge=1, le=4096)
-    max_reply_sentences: int = Field(
-        3, ge=1, le=100, description="A spoken reply stops after this many sentences, or at a sentence it already "
-        "said (a small model's loop)."
-    )
-    repeat_penalty: float = Field(1.1, gt=0, le=2, description="llama.cpp's repetition penalty (embedded LLM; 1: off).")
-    memory_tokens: int = Field(1024, ge=64, description="Prompt budget: older exchanges are dropped beyond it.")
-    temperature: float = Field(0.0, ge=0, le=2)
-    silent_track_s: float = Field(10.0, gt=0, description="Digital silence this long is reported (audio_silent).")
-    reply_burst_ms: float = Field(
-        80, ge=0, le=500, description="The first reply audio after silence is sent this much ahead of real time "
-        "(back to back), so that a receiver's jitter buffer plays it sooner; given back in the next silence."
-    )
-
-    @model_validator(mode="after")
-    def _cap_after_check(self) -> VoiceSettings:
-        if self.turn_max_silence_ms <= self.turn_check_silence_ms:
-            raise ValueError("voice.turn_max_silence_ms must be longer than voice.turn_check_silence_ms")
-        return self

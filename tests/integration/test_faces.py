@@ -31,8 +31,8 @@ from pipelines.protocol import MotionConfig, VideoSessionConfig
 from pipelines.session import SampledFrame
 from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import InferenceBatcher
-from pipelines.video.faces import FaceGallery, FaceRecognizer, FaceSettings, face_region
-from pipelines.video.plates import PlateReader, PlateSettings, StreamPlates
+from pipelines.video.faces import FaceGallery, FaceRecognitionConfig, FaceRecognizer, face_region
+from pipelines.video.plates import PlateReader, PlateReadingConfig, StreamPlates
 from server.config import load_settings
 from server.state import MEMORY, TIMELINE
 from tests.integration.test_sources import Watcher
@@ -59,7 +59,7 @@ def face_model() -> DlibFaces:
 
 @pytest.fixture
 def recognizer(face_model: DlibFaces, tmp_path: Path) -> FaceRecognizer:
-    return FaceRecognizer(face_model, FaceGallery(tmp_path / "faces"), FaceSettings(enabled=True, threshold=0.92))
+    return FaceRecognizer(face_model, FaceGallery(tmp_path / "faces"), FaceRecognitionConfig(enabled=True))
 
 
 def _png(rgb: np.ndarray) -> bytes:
@@ -432,7 +432,7 @@ def ocr() -> RapidOcr:
 async def test_a_plate_on_a_real_vehicle_is_read_kept_per_track_and_named(ocr: RapidOcr, tmp_path: Path):
     detector = load_detector(load_settings(None, {"models": {"detector": {"backend": "opencv-ssd"}}}).models.detector)
     # A frame waits for its reading here (max_wait_s), so the frame that starts the reading carries it
-    reader = PlateReader(ocr, PlateSettings(enabled=True, known={"AB12 CDE": "Alice's van"}, max_wait_s=10.0))
+    reader = PlateReader(ocr, PlateReadingConfig(enabled=True, known={"AB12 CDE": "Alice's van"}, max_wait_s=10.0))
     batcher = InferenceBatcher(detector)
     analyzer = DetectorVideoAnalyzer(batcher, [StreamPlates(reader)])
     analyzer.configure(VideoSessionConfig(motion=MotionConfig(enabled=False)))  # one still photo, every frame

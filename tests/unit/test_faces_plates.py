@@ -20,18 +20,12 @@ from pipelines.memory.feed import describe_event
 from pipelines.protocol import EVENT_PAYLOADS, DetectedObject, ZoneConfig
 from pipelines.timeline.alerts import render, spoken_names
 from pipelines.timeline.store import TimelineEntry, TimelineStore
-from pipelines.video.faces import FaceGallery, FaceSettings, Identity, StreamFaces, check_name, face_region
-from pipelines.video.plates import PlateReader, PlateSettings, normalise_plate
+from pipelines.video.faces import FaceGallery, FaceRecognitionConfig, Identity, StreamFaces, check_name, face_region
+from pipelines.video.plates import PlateReader, PlateReadingConfig, normalise_plate
 from pipelines.video.scene import SceneState, known_in_view
 from pipelines.voice.replies import session_prompt, turn_messages
 from server.config import load_settings
-from server.config.faces import FacesSettings, PlatesSettings
-from server.config_mapping import (
-    FACES_SETTINGS_NOT_PASSED,
-    PLATES_SETTINGS_NOT_PASSED,
-    face_settings,
-    plate_settings,
-)
+from server.config.faces import FacesSection, PlatesSection
 
 # COCO keypoints 0-4 (nose, eyes, ears) of a person facing the camera in a 640x480 frame, normalised
 FRONT = [(0.50, 0.20, 0.9), (0.52, 0.18, 0.9), (0.48, 0.18, 0.9), (0.55, 0.19, 0.8), (0.45, 0.19, 0.8)]
@@ -94,7 +88,7 @@ def test_the_gallery_matches_by_cosine_persists_and_deletes_everything(tmp_path:
 class ScriptedRecognizerForTest:
     """The seam of ``StreamFaces``: scripted identities per track id instead of the dlib model, counting calls."""
 
-    def __init__(self, gallery: FaceGallery, settings: FaceSettings) -> None:
+    def __init__(self, gallery: FaceGallery, settings: FaceRecognitionConfig) -> None:
         self.gallery, self.settings = gallery, settings
         self.executor = ThreadPoolExecutor(1)
         self.script: dict[int, list[Identity | None]] = {}
@@ -114,7 +108,8 @@ def _person(track_id: int, width: float = 0.1) -> Detection:
 async def test_each_track_is_looked_at_once_per_interval_keeps_its_name_and_loses_a_deleted_one(tmp_path: Path):
     gallery = FaceGallery(tmp_path / "faces")
     gallery.add("Alice", np.stack([_unit(1)]), [])
-    recognizer = ScriptedRecognizerForTest(gallery, FaceSettings(enabled=True, interval_s=1.0, max_per_frame=2))
+    settings = FaceRecognitionConfig(enabled=True, interval_s=1.0, max_per_frame=2)
+    recognizer = ScriptedRecognizerForTest(gallery, settings)
     recognizer.script = {1: [Identity(None, 0.3), Identity("Alice", 0.95), Identity(None, 0.2)],
                          2: [None], 3: [Identity(None, 0.1)]}
     faces = StreamFaces(recognizer)  # type: ignore[arg-type]
@@ -146,7 +141,8 @@ async def test_each_track_is_looked_at_once_per_interval_keeps_its_name_and_lose
 
 
 async def test_an_unknown_face_is_looked_at_less_and_less_often(tmp_path: Path):
-    recognizer = ScriptedRecognizerForTest(FaceGallery(tmp_path / "faces"), FaceSettings(enabled=True, interval_s=1.0))
+    settings = FaceRecognitionConfig(enabled=True, interval_s=1.0)
+    recognizer = ScriptedRecognizerForTest(FaceGallery(tmp_path / "faces"), settings)
     recognizer.script = {1: [Identity(None, 0.4)]}
     faces = StreamFaces(recognizer)  # type: ignore[arg-type]
     frame = av.VideoFrame.from_ndarray(np.zeros((48, 64, 3), np.uint8), format="rgb24")
@@ -187,7 +183,7 @@ class SlowRecognizerForTest(ScriptedRecognizerForTest):
 
 async def test_a_slow_look_never_holds_a_frame_longer_than_max_wait_and_lands_on_a_later_frame(tmp_path: Path):
     gallery = FaceGallery(tmp_path / "faces")
-    recognizer = SlowRecognizerForTest(gallery, FaceSettings(enabled=True, max_wait_s=0.05, max_per_frame=1))
+    recognizer = SlowRecognizerForTest(gallery, FaceRecognitionConfig(enabled=True, max_wait_s=0.05, max_per_frame=1))
     recognizer.script = {1: [Identity("Alice", 0.95)], 2: [Identity("Bob", 0.95)]}
     faces = StreamFaces(recognizer)  # type: ignore[arg-type]
     frame = av.VideoFrame.from_ndarray(np.zeros((48, 64, 3), np.uint8), format="rgb24")
@@ -208,7 +204,7 @@ async def test_a_slow_look_never_holds_a_frame_longer_than_max_wait_and_lands_on
 
 
 def test_plates_are_read_from_plate_like_lines_best_first_and_named_when_known():
-    reader = PlateReader(object(), PlateSettings(known={"ab 12-cde": "Alice's car"}, min_score=0.6))  # type: ignore[arg-type]
+    reader = PlateReader(object(), PlateReadingConfig(known={"ab 12-cde": "Alice's car"}, min_score=0.6))  # type: ignore[arg-type]
     lines = [TextLine("TOYOTA", 0.99, (0, 0, 1, 1)), TextLine("AB12 CDE", 0.91, (0, 0, 1, 1)),
              TextLine("AB12CDF", 0.85, (0, 0, 1, 1)), TextLine("X9Y8Z7", 0.5, (0, 0, 1, 1))]
     best = reader.best(lines)
@@ -264,18 +260,18 @@ def _changed(value: Any) -> Any:
     return value
 
 
-@pytest.mark.parametrize(("section", "lower", "mapping", "not_passed"), [
-    (FacesSettings, FaceSettings, face_settings, FACES_SETTINGS_NOT_PASSED),
-    (PlatesSettings, PlateSettings, plate_settings, PLATES_SETTINGS_NOT_PASSED),
+@pytest.mark.parametrize(("key", "section", "pipeline_config"), [
+    ("faces", FacesSection, FaceRecognitionConfig),
+    ("plates", PlatesSection, PlateReadingConfig),
 ])
-def test_every_faces_and_plates_value_set_in_the_config_arrives(section, lower, mapping, not_passed):
-    passed = set(section.model_fields) - set(not_passed)
-    assert passed == set(lower.__dataclass_fields__)
-    values = {name: _changed(getattr(section(), name)) for name in passed}
-    mapped = mapping(section(**values))
-    for name, value in values.items():
-        got = getattr(mapped, name)
-        assert (list(got) if isinstance(got, tuple) else dict(got) if name == "known" else got) == value, name
+def test_a_video_section_is_its_pipelines_config_plus_its_model(key, section, pipeline_config):
+    assert issubclass(section, pipeline_config)  # the server hands its section to the pipeline as it is
+    assert set(section.model_fields) - set(pipeline_config.model_fields) == {"model"}
+    defaults = pipeline_config()
+    values = {name: _changed(getattr(defaults, name)) for name in pipeline_config.model_fields}
+    configured = getattr(load_settings(None, {"video": {key: values}}).video, key)
+    assert isinstance(configured, pipeline_config)
+    assert {name: getattr(configured, name) for name in values} == values
 
 
 def test_the_timeline_finds_events_by_identity_and_by_plate(tmp_path: Path):

@@ -112,7 +112,7 @@ def test_live_media_imports_no_other_front_end():
 SERVER_FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # what every front-end may use: the config, the HTTP plumbing (errors, auth, the Route type, OpenAPI, serving),
     # and the keys of what the app holds whose types no server module owns
-    ("plumbing", ("server", "server.config", "server.config_mapping", "server.allocator", "server.metrics",
+    ("plumbing", ("server", "server.config", "server.allocator", "server.metrics",
                   "server.state", "server.http")),
     ("engines", ("server.engines",)),  # the models, and the analysers each session and source gets
     # the front-ends; the probes read every front-end's state to answer /readyz, so they sit beside them

@@ -51,7 +51,9 @@ def test_a_played_speculation_stays_played_when_a_later_one_is_discarded():
 
 
 def _config(**overrides: object) -> VoiceLoopConfig:
-    return VoiceLoopConfig(system_prompt="test", end_of_turn_silence_ms=320, **overrides)  # type: ignore[arg-type]
+    settings: dict[str, object] = {"system_prompt": "test", "echo_gating": False, "turn_detection": "silence",
+                                   "end_of_turn_silence_ms": 320}
+    return VoiceLoopConfig.model_validate(settings | overrides)
 
 
 def _frame() -> np.ndarray:
