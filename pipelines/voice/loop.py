@@ -33,7 +33,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import av
 import numpy as np
@@ -44,6 +44,7 @@ from models.tts import TextToSpeech
 from models.turn import TurnDetector
 from models.vad import SileroVadModel, VadStream
 from pipelines import telemetry
+from pipelines.ports import SessionView
 from pipelines.protocol import Event, Metrics, Reply, Transcript
 from pipelines.voice.audio import InputResampler, ReplyAudioTrack, SilenceWatch
 from pipelines.voice.config import VoiceLoopConfig
@@ -56,9 +57,6 @@ from pipelines.voice.speculation import Speculation, Speculator
 from pipelines.voice.streaming import ReplyStreamer
 from pipelines.voice.transcription import Decodes, LiveTranscription
 from pipelines.voice.turns import Turn, continued
-
-if TYPE_CHECKING:
-    from pipelines.session import SessionPipeline
 
 __all__ = ["VoiceEngine", "VoiceLoop", "VoiceLoopConfig"]
 
@@ -144,7 +142,7 @@ class VoiceLoop:
 
     # ------------------------------------------------------------------ AudioAnalyzer
 
-    def attach(self, pipeline: SessionPipeline) -> None:
+    def attach(self, pipeline: SessionView) -> None:
         self._outbox.pipeline = pipeline
 
     async def process(self, frame: av.AudioFrame, pts: float) -> None:

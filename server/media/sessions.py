@@ -17,18 +17,13 @@ from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSession
 from aiortc.rtcdatachannel import RTCDataChannel
 from aiortc.sdp import SessionDescription
 
+from pipelines.client_messages import handle_client_message
 from pipelines.clock import Clock, WallClock
 from pipelines.errors import ApiError
+from pipelines.ports import AudioAnalyzer, TimelineSink, VideoAnalyzer
 from pipelines.protocol import ServerMessage, SessionConfig
 from pipelines.serving.ratelimit import InProcessRateLimiter
-from pipelines.session import (
-    AudioAnalyzer,
-    SessionPipeline,
-    TimelineSink,
-    VideoAnalyzer,
-    handle_client_message,
-    pump_track,
-)
+from pipelines.session import SessionPipeline, pump_track
 from server import __version__
 from server.allocator import HeapTrimmer
 from server.config import Settings
