@@ -103,3 +103,16 @@ def test_live_media_imports_no_other_front_end():
                      if _front_end(source) == "server.media" and _front_end(target) not in (None, "server.media")
                      and target not in ("server.http.errors", "server.http.route"))
     assert not outward, "server.media importing another front-end:\n" + "\n".join(outward)
+
+
+def test_the_session_pipeline_is_imported_only_by_its_callers_in_server():
+    # Its parts (analysers, the voice loop, the recorder, sources) take their types from pipelines.ports and see
+    # their session as a SessionView; only the front-ends that build and drive a session import it.
+    importers = sorted(source for source, targets in import_graph().items() if "pipelines.session" in targets)
+    inside = [source for source in importers if not source.startswith("server.")]
+    assert not inside, "pipelines.session imported for its types by:\n" + "\n".join(inside)
+
+
+def test_the_session_pipeline_stays_small():
+    lines = len((REPO / "pipelines" / "session.py").read_text().splitlines())
+    assert lines <= 400, f"pipelines/session.py has {lines} lines: move a concept into a module of its own"
