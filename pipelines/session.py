@@ -5,6 +5,8 @@ latest-frame-wins slot, so a slow analyser drops old frames (counted) instead of
 Audio: never dropped; a bounded queue applies backpressure instead.
 With a virtual clock (as-fast-as-possible replay) each fed frame is processed before the call returns, so the
 output depends only on the input.
+Messages: all leave through one exit, where the timeline recorder sees each once (an analysed frame's
+``detections`` and events as one batch, so the events go out with their stored ids) before the peer does.
 """
 
 from __future__ import annotations
