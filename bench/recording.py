@@ -63,7 +63,7 @@ class ZoneEntryEveryTenSecondsForBench:
         return None
 
     async def analyze(self, sampled: Any) -> Any:
-        from pipelines.session import DetectionResult
+        from pipelines.ports import DetectionResult
 
         events = []
         if sampled.pts >= self.next_at:

@@ -49,7 +49,7 @@ from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError
 from aiortc.rtcdatachannel import RTCDataChannel
 
-from pipelines.session import DetectionResult, SampledFrame
+from pipelines.ports import DetectionResult, SampledFrame
 from server.app import create_app
 from server.cli.client import VigilClient
 from server.config import load_settings

@@ -57,8 +57,9 @@ from models.detectors import Detection, Detector, load_detector
 from models.detectors.yolo import YoloConfig
 from models.packaged import ModelNotAvailable
 from pipelines.clock import VirtualClock, WallClock
+from pipelines.ports import DetectionResult, SampledFrame
 from pipelines.protocol import MotionConfig, SessionConfig, VideoSessionConfig
-from pipelines.session import DetectionResult, SampledFrame, SessionPipeline
+from pipelines.session import SessionPipeline
 from pipelines.sources.container import ContainerSource, SourceState
 from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import InferenceBatcher, to_bgr

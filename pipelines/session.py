@@ -5,6 +5,8 @@ latest-frame-wins slot, so a slow analyser drops old frames (counted) instead of
 Audio: never dropped; a bounded queue applies backpressure instead.
 With a virtual clock (as-fast-as-possible replay) each fed frame is processed before the call returns, so the
 output depends only on the input.
+Messages: all leave through one exit, where the timeline recorder sees each once (an analysed frame's
+``detections`` and events as one batch, so the events go out with their stored ids) before the peer does.
 """
 
 from __future__ import annotations
@@ -14,209 +16,42 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import av
 from aiortc.mediastreams import MediaStreamError
-from pydantic import ValidationError
 
 from pipelines import telemetry
 from pipelines.clock import ArrivalDelay, Clock, Timer
-from pipelines.errors import ApiError, describe_validation_error, parse_json
+from pipelines.ports import (
+    AnalysedFrame,
+    AudioAnalyzer,
+    CountingOnlyAudioAnalyzer,
+    CountingOnlyVideoAnalyzer,
+    MessageSink,
+    NoMotion,
+    SampledFrame,
+    TimelineSink,
+    VideoAnalyzer,
+)
 from pipelines.protocol import (
-    ConfigRequest,
     Detections,
     Error,
     Event,
     Hello,
     MediaCounts,
     Metrics,
-    Ping,
-    Pong,
     ServerInfo,
     ServerMessage,
     SessionConfig,
     SessionConfigPatch,
-    VideoSessionConfig,
-    client_message_adapter,
 )
-from pipelines.video.scene import SceneState, known_in_view, trusted
+from pipelines.sampling import FpsSampler, LatestFrameSlot, TrackTime
+from pipelines.scene import SceneState, known_in_view, trusted
 
 log = logging.getLogger(__name__)
 
-MessageSink = Callable[[ServerMessage], None]
 
-
-@dataclass(slots=True)
-class SampledFrame:
-    frame: av.VideoFrame
-    pts: float  # seconds since the stream's first frame
-    sampled_at: float  # time.perf_counter() when it entered the slot
-
-
-@dataclass(slots=True)
-class DetectionResult:
-    width: int
-    height: int
-    objects: list[dict[str, Any]]
-    inference_ms: float
-    model: str
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, data): zone/line events
-    zone_occupancy: dict[str, list[int]] = field(default_factory=dict)
-    line_counts: dict[str, dict[str, int]] = field(default_factory=dict)
-    sample_fps: float | None = None  # the rate the analyser asks frames at from now on (motion boost); None: target
-
-
-class NoMotion:
-    """What an analyser returns for a sampled frame it skipped (motion gating, ``video.motion``): no detector
-    call, no tracker update, no ``detections`` message; counted as ``frames_no_motion``. The scene is quiet: a
-    motion boost ends (sampling returns to the target rate)."""
-
-    __slots__ = ()
-
-
-NO_MOTION = NoMotion()
-
-
-class VideoAnalyzer(Protocol):
-    """The seam the video pipeline plugs its detectors into."""
-
-    name: str
-
-    def configure(self, config: VideoSessionConfig) -> None:
-        """Called at start and whenever the session's video config changes (zones, lines, rate, motion)."""
-
-    async def analyze(self, sampled: SampledFrame) -> DetectionResult | NoMotion | None: ...
-
-
-class AudioAnalyzer(Protocol):
-    """The seam the voice loop plugs into: every audio frame, in order, none dropped."""
-
-    name: str
-    output_track: Any  # an aiortc audio track to send back to the peer, or None
-
-    def attach(self, pipeline: SessionPipeline) -> None:
-        """Called once: the analyser sends its messages through the pipeline and reads its scene."""
-
-    async def process(self, frame: av.AudioFrame, pts: float) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-class TimelineSink(Protocol):
-    """The seam the timeline recorder (``pipelines.timeline``) plugs into: it stores events, transcripts, replies
-    and scene summaries, keeps recent video and writes event clips; it never blocks."""
-
-    def attach(self, pipeline: SessionPipeline) -> None: ...
-
-    def on_video_frame(self, frame: av.VideoFrame, pts: float) -> None: ...
-
-    def on_analyzed(self, frame: av.VideoFrame, pts: float, objects: list[dict[str, Any]],
-                    events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any], str | None]]:
-        """Every event to send (the analyser's plus the recorder's own), each with its stored id."""
-
-    def on_message(self, message: ServerMessage) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-class CountingOnlyVideoAnalyzer:
-    """Named seam: analyses nothing, so a session reports only frame counts until a detector is configured."""
-
-    name = "counting-only"
-
-    def configure(self, config: VideoSessionConfig) -> None:
-        return None
-
-    async def analyze(self, sampled: SampledFrame) -> DetectionResult | None:
-        return None
-
-
-class CountingOnlyAudioAnalyzer:
-    """Named seam: consumes audio in order and does nothing with it until the voice loop is configured."""
-
-    name = "counting-only"
-    output_track = None
-
-    def attach(self, pipeline: SessionPipeline) -> None:
-        return None
-
-    async def process(self, frame: av.AudioFrame, pts: float) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
-
-
-class LatestFrameSlot:
-    """Holds at most one frame; a newer frame replaces (drops) an unconsumed older one."""
-
-    def __init__(self) -> None:
-        self._item: SampledFrame | None = None
-        self._ready = asyncio.Event()
-
-    def put(self, item: SampledFrame) -> bool:
-        """Store ``item``; True when it replaced a frame that was never analysed."""
-        dropped = self._item is not None
-        self._item = item
-        self._ready.set()
-        return dropped
-
-    async def get(self) -> SampledFrame:
-        await self._ready.wait()
-        self._ready.clear()
-        item, self._item = self._item, None
-        assert item is not None
-        return item
-
-
-class FpsSampler:
-    """Decides by media time which frames are due at the target rate; a slower stream is taken whole."""
-
-    def __init__(self, target_fps: float) -> None:
-        self.target_fps = target_fps
-        self._next_due: float | None = None
-
-    def due(self, pts: float) -> bool:
-        interval = 1.0 / self.target_fps
-        if self._next_due is None or pts + 1e-3 >= self._next_due:
-            # Keep a steady grid, but never let a gap (or a rate change) cause a burst of catch-up samples.
-            grid = (self._next_due or pts) + interval
-            self._next_due = grid if grid > pts else pts + interval
-            return True
-        return False
-
-    def retarget(self, target_fps: float) -> None:
-        self.target_fps = target_fps
-        self._next_due = None
-
-
-class _TrackTime:
-    """Seconds since a track's first frame. WebRTC timestamps start at a random offset and, being RTP's 32-bit
-    timestamps (aiortc hands them over as pts), wrap: at 90 kHz within 13 h, often much sooner. Unwrapped here;
-    otherwise media time would stick at 0 after the wrap and the sampler would never take a frame again."""
-
-    RTP_WRAP = 1 << 32
-
-    def __init__(self) -> None:
-        self._origin: float | None = None
-        self._last = 0.0
-        self._last_pts: int | None = None
-        self._wraps = 0
-
-    def of(self, frame: av.VideoFrame | av.AudioFrame) -> float:
-        if frame.pts is None or frame.time_base is None:
-            return self._last
-        pts = frame.pts
-        if self._last_pts is not None and self._last_pts < self.RTP_WRAP and self._last_pts - pts > self.RTP_WRAP // 2:
-            self._wraps += 1
-        self._last_pts = pts
-        absolute = float((pts + self._wraps * self.RTP_WRAP) * frame.time_base)
-        if self._origin is None:
-            self._origin = absolute
-        self._last = max(absolute - self._origin, 0.0)
-        return self._last
 
 
 class SessionPipeline:
@@ -249,8 +84,8 @@ class SessionPipeline:
         self._sampler = FpsSampler(config.video.target_fps)
         self._slot = LatestFrameSlot()
         self._audio_queue: asyncio.Queue[tuple[av.AudioFrame, float]] = asyncio.Queue(audio_queue_frames)
-        self._video_time = _TrackTime()
-        self._audio_time = _TrackTime()
+        self._video_time = TrackTime()
+        self._audio_time = TrackTime()
         self._video_delay = ArrivalDelay()
         self._audio_delay = ArrivalDelay()
         self._metrics_interval_s = metrics_interval_s
@@ -302,19 +137,29 @@ class SessionPipeline:
     def make(self, message_type: type[ServerMessage], **fields: Any) -> ServerMessage:
         return message_type(session=self.session_id, ts=self.clock.now(), **fields)
 
-    def send(self, message_type: type[ServerMessage], **fields: Any) -> None:
+    def _build(self, message_type: type[ServerMessage], **fields: Any) -> ServerMessage | None:
         try:
-            message = self.make(message_type, **fields)
+            return self.make(message_type, **fields)
         except Exception:
             log.exception("could not build %s message", message_type.__name__)
-            return
-        self.emit(message)
+            return None
+
+    def send(self, message_type: type[ServerMessage], **fields: Any) -> None:
+        message = self._build(message_type, **fields)
+        if message is not None:
+            self.emit(message)
 
     def emit(self, message: ServerMessage) -> None:
-        telemetry.MESSAGES_SENT.labels(type=message.type).inc()  # type: ignore[attr-defined]
+        self._send_all([message])
+
+    def _send_all(self, messages: list[ServerMessage], analysed: AnalysedFrame | None = None) -> list[ServerMessage]:
+        """The one way out: each message passes the recorder once, then goes to the peer; returns what was sent."""
         if self.timeline is not None:
-            self.timeline.on_message(message)
-        self._emit(message)
+            messages = self.timeline.on_outgoing(messages, analysed)
+        for message in messages:
+            telemetry.MESSAGES_SENT.labels(type=message.type).inc()  # type: ignore[attr-defined]
+            self._emit(message)
+        return messages
 
     def hello(self) -> None:
         self.emit(self.hello_message())
@@ -389,7 +234,7 @@ class SessionPipeline:
         if kind not in self.tracks:
             self.tracks.append(kind)
 
-    def _arrived(self, frame: av.VideoFrame | av.AudioFrame, track: _TrackTime, delay: ArrivalDelay) -> float:
+    def _arrived(self, frame: av.VideoFrame | av.AudioFrame, track: TrackTime, delay: ArrivalDelay) -> float:
         """A frame's media time on its track. Either track moves a virtual clock (as-fast-as-possible replay) to it;
         with the wall clock, how late the frame came is measured instead (``media_delay_s``)."""
         pts = track.of(frame)
@@ -462,7 +307,7 @@ class SessionPipeline:
             return
         self._sample_at(result.sample_fps)
         pts = round(sampled.pts, 6)
-        self.send(
+        detections = self._build(
             Detections,
             pts=pts,
             width=result.width,
@@ -472,16 +317,16 @@ class SessionPipeline:
             queue_ms=0.0 if self.clock.virtual else round(queue_ms, 3),
             model=result.model,
         )
-        events: list[tuple[str, dict[str, Any], str | None]] = [(name, data, None) for name, data in result.events]
-        if self.timeline is not None:
-            events = self.timeline.on_analyzed(sampled.frame, pts, result.objects, result.events)
-        for name, data, event_id in events:
-            telemetry.SCENE_EVENTS.labels(name=name).inc()
-            self.send(Event, pts=pts, name=name, data=data, id=event_id)
+        built = [self._build(Event, pts=pts, name=name, data=data) for name, data in result.events]
+        batch = [message for message in (detections, *built) if message is not None]
+        sent = self._send_all(batch, AnalysedFrame(sampled.frame, pts, result.objects))
+        events = [message for message in sent if isinstance(message, Event)]
+        for event in events:
+            telemetry.SCENE_EVENTS.labels(name=event.name).inc()
         self.scene.update(
             labels=[o["label"] for o in trusted(result.objects)], pts=pts, ts=self.clock.now(), model=result.model,
             zone_occupancy=result.zone_occupancy, line_counts=result.line_counts,
-            events=[{"name": name, **data} for name, data, _ in events], known=known_in_view(result.objects),
+            events=[{"name": event.name, **event.data} for event in events], known=known_in_view(result.objects),
         )
         if not self.clock.virtual:
             self._metrics.end_to_end_ms.observe((time.perf_counter() - sampled.sampled_at) * 1000.0)
@@ -520,57 +365,3 @@ async def pump_track(track: Any, feed: Callable[[Any], Awaitable[None]]) -> None
         except MediaStreamError:
             return
         await feed(frame)
-
-
-def handle_client_message(
-    pipeline: SessionPipeline,
-    raw: str | bytes,
-    max_bytes: int,
-    reply: MessageSink | None = None,
-) -> None:
-    """Apply one client message; anything wrong is answered with an ``error`` message, never raised.
-
-    This is the one entry point for client messages (data channel and WebSocket): *any* failure (bad JSON,
-    nesting deep enough to hit the recursion limit, lone surrogates, a bug) becomes an ``error`` message, so
-    one message can never end a session or a subscriber.
-    ``reply`` receives errors and pongs (the sender only); config changes are announced to everyone.
-    """
-    answer = reply or pipeline.emit
-    try:
-        _apply_client_message(pipeline, raw, max_bytes, answer)
-    except Exception as error:  # RecursionError, MemoryError's cousins, bugs: answered, never raised
-        log.warning("client message failed in %s: %r", pipeline.session_id, error)
-        try:
-            answer(pipeline.error_message("invalid_message", f"message rejected: {type(error).__name__}"))
-        except Exception:
-            log.exception("could not answer a failed client message in %s", pipeline.session_id)
-
-
-def _message_size(raw: str | bytes) -> int:
-    return len(raw.encode("utf-8", "surrogatepass")) if isinstance(raw, str) else len(raw)
-
-
-def _apply_client_message(pipeline: SessionPipeline, raw: str | bytes, max_bytes: int, answer: MessageSink) -> None:
-    size = _message_size(raw)
-    if size > max_bytes:
-        answer(pipeline.error_message("message_too_large", f"message of {size} bytes exceeds {max_bytes}"))
-        return
-    try:
-        data = parse_json(raw, what="message")
-    except ApiError as error:
-        answer(pipeline.error_message(error.code, error.message))
-        return
-    ref = data.get("type") if isinstance(data, dict) and isinstance(data.get("type"), str) else None
-    try:
-        message = client_message_adapter.validate_python(data)
-    except ValidationError as error:
-        details = describe_validation_error(error, root="<message>", limit=1000)
-        answer(pipeline.error_message("invalid_message", details, ref=ref))
-        return
-    except RecursionError:
-        answer(pipeline.error_message("invalid_message", "message nested too deeply", ref=ref))
-        return
-    if isinstance(message, Ping):
-        answer(pipeline.make(Pong, id=message.id))
-    elif isinstance(message, ConfigRequest):
-        pipeline.apply_config(SessionConfigPatch.model_validate(message.model_dump(exclude={"v", "type"})))

@@ -9,6 +9,7 @@ the LLM router) are never pooled: each app builds and closes its own."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import threading
@@ -31,14 +32,16 @@ from models.tts import TEXT_TO_SPEECH, TextToSpeech
 from models.turn import SmartTurnV3
 from models.vad import SileroVadModel
 from pipelines.clock import Clock
+from pipelines.ports import AudioAnalyzer, TimelineSink, VideoAnalyzer
 from pipelines.protocol import SessionConfig
-from pipelines.session import AudioAnalyzer, SessionPipeline, TimelineSink, VideoAnalyzer
+from pipelines.session import SessionPipeline
 from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import InferenceBatcher
 from pipelines.video.faces import FaceGallery, FaceRecognizer, StreamFaces
 from pipelines.video.plates import PlateReader, StreamPlates, detector_labels, label_problems
 from pipelines.voice.config import VoiceLoopConfig, VoiceLoopOptions
-from pipelines.voice.loop import VoiceEngine, VoiceLoop
+from pipelines.voice.engine import VoiceEngine
+from pipelines.voice.loop import VoiceLoop
 from pipelines.voice.recall import ContextProvider
 from server import __version__
 from server.config import Settings

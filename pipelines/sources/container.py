@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import av
 
-from pipelines.session import SessionPipeline
+from pipelines.ports import MediaInput
 from pipelines.sources.urls import redact_text, redact_url, url_secrets
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class ContainerSource:
     def __init__(
         self,
         location: str,
-        pipeline: SessionPipeline,
+        pipeline: MediaInput,
         *,
         kind: Literal["rtsp", "file"],
         realtime: bool = True,

@@ -1,6 +1,6 @@
 """One session's or source's recorder: timeline entries, the video ring buffer, event clips and snapshots.
 
-The pipeline calls it from the event loop (frames, analysis results, outgoing messages); an RTSP or file source's
+The pipeline calls it from the event loop (decoded frames, and every outgoing message once); an RTSP or file source's
 reader thread hands it the demuxed packets. Nothing here blocks: entries go to the store's bounded queue, clips
 and snapshots are written on the clip executor. A storage failure is reported once per recorder as an ``error``
 message (code ``storage_unavailable``); events keep flowing live.
@@ -22,7 +22,9 @@ from typing import Any, Literal
 
 import av
 
-from pipelines.protocol import Clip, Reply, ServerMessage, Transcript
+from pipelines.ports import AnalysedFrame, SessionView
+from pipelines.protocol import Clip, Event, Reply, ServerMessage, Transcript
+from pipelines.scene import trusted
 from pipelines.timeline.alerts import AlertAnnouncer
 from pipelines.timeline.media import (
     FrameRing,
@@ -33,7 +35,6 @@ from pipelines.timeline.media import (
     write_snapshot,
 )
 from pipelines.timeline.store import TimelineEntry, TimelineStore
-from pipelines.video.scene import trusted
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class TimelineRecorder:
         self.mode = mode if settings.clips else "none"
         self.source_name = source_name
         self._executor = executor
-        self._pipeline: Any = None
+        self._pipeline: Any = None  # a SessionView once attached
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()  # ring, template and pending clip: shared with the reader thread
         self._packets = PacketRing(settings.pre_s + ANALYSIS_LAG_S)
@@ -103,7 +104,7 @@ class TimelineRecorder:
 
     # ------------------------------------------------------------------ wiring
 
-    def attach(self, pipeline: Any) -> None:
+    def attach(self, pipeline: SessionView) -> None:
         self._pipeline = pipeline
         self._loop = asyncio.get_running_loop()
         self._alerts = AlertAnnouncer(pipeline, self.record_alert)
@@ -132,11 +133,22 @@ class TimelineRecorder:
 
     # ------------------------------------------------------------------ event loop: pipeline hooks
 
-    def on_analyzed(self, frame: av.VideoFrame, pts: float, objects: list[dict[str, Any]],
-                    events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any], str]]:
-        """Store this frame's events (plus 'object appeared' ones) and start/extend their clip; returns every
-        event to send, each with its entry id."""
-        objects = trusted(objects)  # an unconfirmed object is drawn live, never stored or announced
+    def on_outgoing(self, messages: list[ServerMessage],
+                    analysed: AnalysedFrame | None = None) -> list[ServerMessage]:
+        """Every outgoing message, once, before it is sent: final transcripts and finished replies become entries;
+        the events of an ``analysed`` frame (plus 'object appeared' ones) are stored and start or extend their
+        clip. Returns what to send: those events with their entry ids."""
+        for message in messages:
+            self._spoken(message)
+        if analysed is None:
+            return messages
+        others = [m for m in messages if not isinstance(m, Event)]
+        events = [(m.name, m.data) for m in messages if isinstance(m, Event)]
+        return [*others, *self._analysed(analysed, events)]
+
+    def _analysed(self, analysed: AnalysedFrame, events: list[tuple[str, dict[str, Any]]]) -> list[ServerMessage]:
+        frame, pts = analysed.frame, analysed.pts
+        objects = trusted(analysed.objects)  # an unconfirmed object is drawn live, never stored or announced
         events = [*events, *self._appeared(objects)]
         self._scene(pts, objects)
         if not events:
@@ -152,14 +164,21 @@ class TimelineRecorder:
         if self._alerts is not None:
             for name, data, _ in out:
                 self._alerts.on_event(name, data, self.source_name or self._pipeline.session_id)
-        if not self.store.available:
-            return out
-        if self.settings.clips:
-            self._submit(self._snapshot, ids, frame, objects)
-        if self.mode != "none":
-            with self._lock:
-                self._clip_event(ids, stream_s, pts)
-        return out
+        if self.store.available:
+            if self.settings.clips:
+                self._submit(self._snapshot, ids, frame, objects)
+            if self.mode != "none":
+                with self._lock:
+                    self._clip_event(ids, stream_s, pts)
+        return [event for name, data, entry_id in out
+                if (event := self._event(pts=pts, name=name, data=data, id=entry_id)) is not None]
+
+    def _event(self, **fields: Any) -> ServerMessage | None:
+        try:
+            return self._pipeline.make(Event, **fields)
+        except Exception:  # as the pipeline does with a message it cannot build: logged, the others still sent
+            log.exception("could not build %s event", fields.get("name"))
+            return None
 
     def _appeared(self, objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
         rules = {rule.label: rule for rule in self.settings.appear}
@@ -186,8 +205,7 @@ class TimelineRecorder:
             "counts": dict(sorted(counts.items())), "tracks": [{"id": i, "label": label} for i, label in tracks]}),
             quiet=True)
 
-    def on_message(self, message: ServerMessage) -> None:
-        """Outgoing messages: final transcripts and finished replies become entries."""
+    def _spoken(self, message: ServerMessage) -> None:
         if isinstance(message, Transcript) and message.final and message.text.strip():
             self._put(self._entry("transcript", "transcript", message.pts, text=message.text,
                                   data={"turn": message.turn}))

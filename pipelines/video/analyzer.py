@@ -32,8 +32,8 @@ from typing import Any, Protocol
 import av
 
 from models.detectors import Detection
+from pipelines.ports import NO_MOTION, DetectionResult, NoMotion, SampledFrame
 from pipelines.protocol import MotionConfig, VideoSessionConfig
-from pipelines.session import NO_MOTION, DetectionResult, NoMotion, SampledFrame
 from pipelines.video.batcher import InferenceBatcher
 from pipelines.video.motion import MotionDetector
 from pipelines.video.tracking import StreamTracker

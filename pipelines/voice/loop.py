@@ -19,7 +19,8 @@ the turn ends if the final transcript matches; speech that goes on discards it.
 - speculation (``speculation.py``: the reply started on a pause, held until the final transcript),
 - reply streaming (``streaming.py``: text -> clause and sentence chunks -> TTS -> the reply track),
 - recall (``recall.py``: the turn's prompt from the conversation, reminders and the app's memory),
-- the turn's record and typed metrics (``turns.py``, ``metrics.py``).
+- the turn's record and typed metrics (``turns.py``, ``metrics.py``),
+- the models they run on (``engine.py``: ``VoiceEngine``, shared by every session's loop).
 
 What stays here is who holds the floor across them: the turn being spoken, the reply being played, barge-in, and
 a turn that continues one whose reply was cut unheard.
@@ -31,23 +32,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
 import av
 import numpy as np
 
-from models.llm import LanguageModel, LlmRequest, LlmUnavailable
-from models.stt import SpeechToText
-from models.tts import TextToSpeech
-from models.turn import TurnDetector
-from models.vad import SileroVadModel, VadStream
+from models.llm import LlmRequest, LlmUnavailable
+from models.vad import VadStream
 from pipelines import telemetry
+from pipelines.ports import SessionView
 from pipelines.protocol import Event, Metrics, Reply, Transcript
 from pipelines.voice.audio import InputResampler, ReplyAudioTrack, SilenceWatch
 from pipelines.voice.config import VoiceLoopConfig
 from pipelines.voice.endpointing import FRAME_SAMPLES, TurnEnded, TurnStarted, TurnTaking
+from pipelines.voice.engine import VoiceEngine
 from pipelines.voice.metrics import EndOfTurn, TurnMetricsBuilder, ms_since
 from pipelines.voice.outbox import Outbox
 from pipelines.voice.recall import ContextProvider, Recall
@@ -57,10 +56,7 @@ from pipelines.voice.streaming import ReplyStreamer
 from pipelines.voice.transcription import Decodes, LiveTranscription
 from pipelines.voice.turns import Turn, continued
 
-if TYPE_CHECKING:
-    from pipelines.session import SessionPipeline
-
-__all__ = ["VoiceEngine", "VoiceLoop", "VoiceLoopConfig"]
+__all__ = ["VoiceLoop"]
 
 log = logging.getLogger(__name__)
 
@@ -68,30 +64,6 @@ log = logging.getLogger(__name__)
 TURN_CHECK_WAIT_S = 0.5
 # The most a prompt warm-up may take (partial decodes wait for it): cancelled, llama.cpp stops within a token.
 WARM_UP_TIMEOUT_S = 1.0
-
-
-@dataclass
-class VoiceEngine:
-    """The models (loaded once, by the app's model pool); each blocking model has its own thread (not reentrant)."""
-
-    vad: SileroVadModel
-    stt: SpeechToText
-    llm: LanguageModel
-    tts: TextToSpeech
-    turn: TurnDetector | None = None  # semantic end of turn (None: silence only)
-    vad_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "vad"))
-    stt_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "stt"))
-    tts_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "tts"))
-    turn_executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "turn"))
-
-    @property
-    def names(self) -> str:
-        return f"{self.stt.name}+{self.llm.name}+{self.tts.name}"
-
-    async def close(self) -> None:
-        # The models are not ours to close: the app's model pool owns them (see server.engines).
-        for executor in (self.vad_executor, self.stt_executor, self.tts_executor, self.turn_executor):
-            executor.shutdown(wait=False, cancel_futures=True)
 
 
 class VoiceLoop:
@@ -144,7 +116,7 @@ class VoiceLoop:
 
     # ------------------------------------------------------------------ AudioAnalyzer
 
-    def attach(self, pipeline: SessionPipeline) -> None:
+    def attach(self, pipeline: SessionView) -> None:
         self._outbox.pipeline = pipeline
 
     async def process(self, frame: av.AudioFrame, pts: float) -> None:

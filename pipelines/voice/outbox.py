@@ -4,15 +4,14 @@ reference counting alone (issue 23: no cycle through a part back to the loop).""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from pipelines.session import SessionPipeline
+from pipelines.ports import SessionView
 
 
 class Outbox:
     def __init__(self) -> None:
-        self.pipeline: SessionPipeline | None = None
+        self.pipeline: SessionView | None = None
 
     def send(self, message_type: type, **fields: Any) -> None:
         if self.pipeline is not None:

@@ -11,9 +11,9 @@ from typing import Any, Literal
 from aiohttp import WSMsgType, web
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipelines.client_messages import handle_client_message
 from pipelines.errors import ApiError
 from pipelines.protocol import MediaCounts, SessionConfig, SessionConfigPatch
-from pipelines.session import handle_client_message
 from server.http.errors import read_json_body
 from server.http.route import Route
 from server.media.sessions import SESSIONS, SessionRegistry, serialize

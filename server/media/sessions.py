@@ -18,16 +18,13 @@ from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSession
 from aiortc.rtcdatachannel import RTCDataChannel
 from aiortc.sdp import SessionDescription
 
+from pipelines.client_messages import handle_client_message
 from pipelines.clock import WallClock
 from pipelines.errors import ApiError
+from pipelines.ports import TimelineSink
 from pipelines.protocol import ServerMessage, SessionConfig
 from pipelines.serving.ratelimit import InProcessRateLimiter
-from pipelines.session import (
-    SessionPipeline,
-    TimelineSink,
-    handle_client_message,
-    pump_track,
-)
+from pipelines.session import SessionPipeline, pump_track
 from server.allocator import HeapTrimmer
 from server.config import Settings
 from server.engines import Analyzers

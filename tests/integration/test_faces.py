@@ -27,8 +27,8 @@ from PIL import Image
 from models.detectors import load_detector
 from models.faces.dlib import DlibFaces, DlibFacesConfig
 from models.plates.rapidocr import RapidOcr, RapidOcrConfig
+from pipelines.ports import SampledFrame
 from pipelines.protocol import MotionConfig, VideoSessionConfig
-from pipelines.session import SampledFrame
 from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import InferenceBatcher
 from pipelines.video.faces import FaceGallery, FaceRecognitionConfig, FaceRecognizer, face_region

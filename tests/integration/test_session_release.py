@@ -28,7 +28,7 @@ from tests.support.audio import ScriptedMicrophone
 
 CYCLES = 6
 FPS = 10
-SERVER_ONLY_TYPES = ("WebRTCSession", "SessionPipeline", "_TrackTime", "TimelineRecorder", "VoiceLoop")
+SERVER_ONLY_TYPES = ("WebRTCSession", "SessionPipeline", "TrackTime", "TimelineRecorder", "VoiceLoop")
 
 
 def vp8_packets(count: int = FPS * 2, size: tuple[int, int] = (160, 120)) -> list[bytes]:

@@ -23,7 +23,7 @@ class ZoneEntryAnalyzerForTest:
         return None
 
     async def analyze(self, sampled: Any) -> Any:
-        from pipelines.session import DetectionResult
+        from pipelines.ports import DetectionResult
 
         events = []
         if not self.fired and self.due(sampled):

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from pipelines.client_messages import handle_client_message
 from pipelines.clock import VirtualClock
 from pipelines.protocol import SessionConfig
-from pipelines.session import SessionPipeline, handle_client_message
+from pipelines.session import SessionPipeline
 
 
 @pytest.fixture

@@ -18,11 +18,11 @@ from models.detectors import Detection
 from models.plates import TextLine
 from pipelines.memory.feed import describe_event
 from pipelines.protocol import EVENT_PAYLOADS, DetectedObject, ZoneConfig
+from pipelines.scene import SceneState, known_in_view
 from pipelines.timeline.alerts import render, spoken_names
 from pipelines.timeline.store import TimelineEntry, TimelineStore
 from pipelines.video.faces import FaceGallery, FaceRecognitionConfig, Identity, StreamFaces, check_name, face_region
 from pipelines.video.plates import PlateReader, PlateReadingConfig, normalise_plate
-from pipelines.video.scene import SceneState, known_in_view
 from pipelines.voice.replies import session_prompt, turn_messages
 from server.config import load_settings
 from server.config.faces import FacesSection, PlatesSection

@@ -175,3 +175,16 @@ def test_only_the_composition_root_gathers_the_front_ends_routes():
     gathered = {owner for owner in ROUTE_OWNERS for module in importers.get("server.app", ())
                 if module.startswith(owner + ".")}
     assert gathered == set(ROUTE_OWNERS), f"server.app imports no routes of {sorted(set(ROUTE_OWNERS) - gathered)}"
+
+
+def test_the_session_pipeline_is_imported_only_by_its_callers_in_server():
+    # Its parts (analysers, the voice loop, the recorder, sources) take their types from pipelines.ports and see
+    # their session as a SessionView; only the front-ends that build and drive a session import it.
+    importers = sorted(source for source, targets in import_graph().items() if "pipelines.session" in targets)
+    inside = [source for source in importers if not source.startswith("server.")]
+    assert not inside, "pipelines.session imported for its types by:\n" + "\n".join(inside)
+
+
+def test_the_session_pipeline_stays_small():
+    lines = len((REPO / "pipelines" / "session.py").read_text().splitlines())
+    assert lines <= 400, f"pipelines/session.py has {lines} lines: move a concept into a module of its own"

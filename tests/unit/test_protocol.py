@@ -9,9 +9,10 @@ import jsonschema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipelines.client_messages import handle_client_message
 from pipelines.clock import VirtualClock
 from pipelines.protocol import SessionConfig, json_schema
-from pipelines.session import SessionPipeline, handle_client_message
+from pipelines.session import SessionPipeline
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "protocol.schema.json"
 

@@ -13,8 +13,8 @@ from models.llm.prometheus import parse_prometheus
 from models.llm.router import CostAware, LeastConnections, LeastLatency, ModelAffinity, Upstream, UpstreamConfig
 from models.stt.batch import FileSegment
 from pipelines.batch.formats import Transcript, as_text
+from pipelines.sampling import FpsSampler, TrackTime
 from pipelines.serving.content_filter import StreamingContentFilter
-from pipelines.session import FpsSampler, _TrackTime
 
 # ---------------------------------------------------------------- FPS sampling
 
@@ -38,7 +38,7 @@ def test_fps_sampler_takes_a_slower_stream_whole_and_retargets():
 
 
 def test_media_time_runs_on_across_a_wrap_of_the_32_bit_rtp_timestamp():
-    track_time, sampler = _TrackTime(), FpsSampler(5.0)
+    track_time, sampler = TrackTime(), FpsSampler(5.0)
     start = (1 << 32) - 90_000  # a sender whose random first timestamp is one second before the wrap
     seconds, sampled = [], 0
     for index in range(30):  # 3 s at 10 fps, 90 kHz clock

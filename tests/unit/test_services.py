@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.memory.recall import MemoryRecall
-from pipelines.voice.loop import VoiceEngine, VoiceLoop
+from pipelines.voice.engine import VoiceEngine
+from pipelines.voice.loop import VoiceLoop
 from server.config import Settings, load_settings
 from server.engines import Analyzers, VoiceLoops
 from server.services import build_services

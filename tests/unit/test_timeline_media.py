@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from pipelines.clock import VirtualClock
-from pipelines.protocol import Clip, SessionConfig
-from pipelines.session import DetectionResult, SessionPipeline
+from pipelines.ports import AnalysedFrame, DetectionResult
+from pipelines.protocol import Clip, Event, SessionConfig
+from pipelines.session import SessionPipeline
 from pipelines.timeline.media import FrameRing, PacketRing
 from pipelines.timeline.recorder import RecorderSettings, TimelineRecorder
 from pipelines.timeline.store import TimelineStore
@@ -129,9 +130,11 @@ async def test_a_late_analysis_ends_its_clip_at_post_s_though_the_ring_holds_lat
     frames = {index: _frame(100, index * 9_000) for index in range(38)}
     for index, frame in frames.items():  # the ring reaches 3.7 s before the analysis of the frame at 2 s is back
         recorder.on_video_frame(frame, index / 10)
-    (event,) = recorder.on_analyzed(frames[20], 2.0, [], [("zone.enter", {"zone": "door"})])
+    entered = recording.pipeline.make(Event, pts=2.0, name="zone.enter",
+                                      data={"zone": "door", "track_id": 1, "label": "person"})
+    (event,) = recorder.on_outgoing([entered], AnalysedFrame(frames[20], 2.0, []))
     (clip,) = await recording.close()
-    assert clip.event_ids == [event[2]]
+    assert clip.event_ids == [event.id]
     assert clip.pts == pytest.approx(1.0, abs=0.01)
     assert clip.duration_s == pytest.approx(1.9, abs=0.05)  # 1.0 .. 2.9, not up to the newest frame at 3.7
     assert recording.clip_frames()[-1][0] == pytest.approx(1.9, abs=0.05)
@@ -224,9 +227,8 @@ async def test_a_session_pipeline_feeds_its_recorder_the_unwrapped_media_time():
         def attach(self, pipeline: Any) -> None: ...
         def on_video_frame(self, frame: av.VideoFrame, pts: float) -> None:
             seen.append(pts)
-        def on_analyzed(self, frame: Any, pts: float, objects: Any, events: Any) -> list:
-            return []
-        def on_message(self, message: Any) -> None: ...
+        def on_outgoing(self, messages: list, analysed: Any = None) -> list:
+            return messages
         async def close(self) -> None: ...
 
     pipeline = SessionPipeline("s1", origin="webrtc", clock=VirtualClock(), emit=lambda m: None,

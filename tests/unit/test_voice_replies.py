@@ -98,7 +98,7 @@ def test_who_and_which_questions_get_the_scene(question: str):
 
 def test_the_scene_spells_out_people_and_says_no_one_when_the_view_is_empty():
     """A small model asked "do you see anyone?" of "sees nothing" answered yes: the count of people comes first."""
-    from pipelines.video.scene import SceneState
+    from pipelines.scene import SceneState
 
     scene = SceneState()
     assert scene.summary() == "The camera has not been analysed yet."

@@ -1,4 +1,5 @@
-"""Per-session scene state: what the camera sees now, for the REST API and the voice loop."""
+"""Per-session scene state: what the camera sees now, kept by the session pipeline for the REST API, the voice
+loop's prompt and the timeline's alerts."""
 
 from __future__ import annotations
 
