@@ -85,6 +85,18 @@ def _inference_requests(server: TritonServer) -> tuple[int, int]:
     return values["nv_inference_request_success"], values["nv_inference_count"]
 
 
+def _counted_after(server: TritonServer, before: tuple[int, int], timeout_s: float = 10.0) -> tuple[int, int]:
+    """The counters once Triton has counted the request: it answers before it counts (the CI suite, on a loaded
+    machine, read them unchanged right after the answer), so wait for a change, then for them to settle."""
+    deadline = time.monotonic() + timeout_s
+    counted = _inference_requests(server)
+    while counted == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+        counted = _inference_requests(server)
+    time.sleep(0.5)  # a second request of the same batch, if it was split, would be counted by now
+    return _inference_requests(server)
+
+
 def test_export_writes_a_dynamic_batch_onnx_and_config(repository: Path):
     import onnx
 
@@ -107,7 +119,7 @@ def test_triton_gives_the_local_detections_in_one_request_per_batch(triton: Trit
     assert remote_detector.task == "pose" and remote_detector.names == {0: "person"}  # from the metadata
     requests_before, images_before = _inference_requests(triton)
     remote = remote_detector.detect(frames)
-    requests_after, images_after = _inference_requests(triton)
+    requests_after, images_after = _counted_after(triton, (requests_before, images_before))
     assert (requests_after - requests_before, images_after - images_before) == (1, len(frames))
     assert len(remote) == len(frames)
     assert sum(_assert_same(want, got) for want, got in zip(local, remote, strict=True)) > 20

@@ -18,6 +18,7 @@ import pytest
 from models.packaged import package_dir
 from models.turn import SmartTurnV3
 from pipelines.voice.audio import ReplyAudioTrack, trim_silence
+from server.config import VoiceSettings
 from tests.integration.test_voice_loop import VOICE, VoiceCall, _session_loop, _words
 from tests.support.audio import silence, speech, speech_split
 
@@ -182,13 +183,25 @@ async def test_speculative_reply_plays_when_the_turn_is_confirmed(vigil):
         assert metrics["final_decode"] == "early", metrics  # no second decode of the same speech
 
 
+# Turn 1's reply is ready ~0.25 s after its turn ends here, as soon as Vigil hears the user going on (Silero is
+# ~0.25 s late on a first word): a user who goes on when the final transcript arrives raced the reply, and lost on
+# loaded machines (CI failed so twice on 2026-12-06). With ~600 tokens of notes in the system prompt the first
+# reply reads them first, as with any long prompt, so the user is heard well before it is ready. ``test`` makes
+# the notes differ from the last test's: llama.cpp would reuse a prompt it has just read.
+def slow_first_reply_prompt(test: str) -> str:
+    notes = "\n".join(f"- Room {room} is on floor {room % 5} and holds the spare chairs, the projector, the "
+                      f"cleaning cart and box {room * 7} of the archive." for room in range(1, 31))
+    return f"{VoiceSettings().system_prompt}\n\nNotes on the {test} building, for questions about it:\n{notes}"
+
+
 async def test_user_going_on_before_the_reply_is_heard_continues_the_turn(vigil):
     """The turn ends on "Could you tell me" (silence end of turn here, so the cut is certain); the user goes on
     the moment its final transcript arrives, before any reply audio exists (no speculation: the reply starts at
     the final). The reply never starts over the user: it waits, is cut unheard by the barge-in, and the next turn
     continues the first: one heard answer, to the whole question."""
     server = await vigil(voice={**VOICE, "turn_detection": "silence", "end_of_turn_silence_ms": 300,
-                                "prefill": False})
+                                "prefill": False,
+                                "system_prompt": slow_first_reply_prompt("north")})
     first, second = speech("Could you tell me"), speech("what the weather will be like tomorrow?")
     async with VoiceCall(server.url) as call:
         assert call.recorder is not None
@@ -215,9 +228,8 @@ async def test_a_reply_never_starts_over_the_user(vigil):
     """Barge-in off: the user starts a long sentence the moment turn 1 ends; turn 1's reply is ready long before
     the sentence ends, and waits for it (then plays, or gives way to turn 2's answer) instead of talking over."""
     server = await vigil(voice={**VOICE, "turn_detection": "silence", "end_of_turn_silence_ms": 300,
-                                "prefill": False, "barge_in": False})
-    # Synthesised beforehand: Piper took 0.2 s for the long sentence here (more on a loaded CI runner), time in
-    # which the user was not speaking yet and turn 1's reply rightly began (CI failed so on 2026-12-06).
+                                "prefill": False, "barge_in": False,
+                                "system_prompt": slow_first_reply_prompt("south")})
     question = speech("What is the capital of France?")
     going_on = speech("I was also wondering about the long history of the old stone bridges across the wide "
                       "river in the middle of the city.")  # no comma: no pause that ends a turn
@@ -226,7 +238,7 @@ async def test_a_reply_never_starts_over_the_user(vigil):
         call.mic.say(silence(0.3))
         call.mic.say(question)
         await call.client.next_message("transcript", 60, where=lambda m: m["final"] and m["turn"] == 1)
-        call.mic.say(going_on)
+        call.mic.say(going_on)  # synthesised beforehand: the user goes on at once
         await asyncio.wait_for(call.mic.spoken.wait(), 30)
         question_done = time.perf_counter()
         await _messages_until_metrics(call, 2)  # turn 1's reply played after the sentence, or gave way to turn 2's
