@@ -5,8 +5,9 @@ while unknown, at most ``max_per_frame`` faces per analysed frame, on the faces 
 
 The face crop comes from the person's pose keypoints (the default detector, yolo11n-pose, gives nose, eyes and
 ears): a person whose nose and both eyes are not all visible is not facing the camera and is not looked at. The
-crop, scaled so the face is about ``FACE_PX`` pixels wide, goes through dlib's HOG frontal-face detector, which
-also refuses profiles and blurred faces; a detector without keypoints (SSD) gives the top of the person's box.
+crop, scaled so the face is about ``FACE_PX`` pixels wide, goes through the face model's detector (CenterFace by
+default, or dlib's HOG), which also refuses profiles and blurred faces; a detector without keypoints (SSD) gives
+the top of the person's box.
 
 A track recognised once keeps its name for as long as it lives (a later, worse view does not undo it); a face
 that matches nobody is ``unknown`` (name null) and is looked at again later; a deleted person's name is taken
@@ -300,7 +301,8 @@ class FaceRecognizer:
         """The one face of an enrolment photo; a photo with none or several is refused."""
         faces = self.model.find(image, upsample=1 if max(image.shape[:2]) <= 1000 else 0)
         if not faces:
-            raise ApiError("no_face", f"{what}: no face found (a frontal face, at least ~40 px wide, is needed)")
+            raise ApiError("no_face", f"{what}: no face found (a face turned less than ~60° from the camera, at "
+                           "least ~40 px wide, is needed)")
         if len(faces) > 1:
             raise ApiError("several_faces", f"{what}: {len(faces)} faces found; enrol from a photo of one person")
         return faces[0]

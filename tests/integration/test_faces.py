@@ -25,8 +25,10 @@ import pytest
 from PIL import Image
 
 from models.detectors import load_detector
+from models.faces.centerface import CenterFaceConfig, CenterFaceFaces
 from models.faces.dlib import DlibFaces, DlibFacesConfig
 from models.plates.rapidocr import RapidOcr, RapidOcrConfig
+from pipelines.errors import ApiError
 from pipelines.ports import SampledFrame
 from pipelines.protocol import MotionConfig, VideoSessionConfig
 from pipelines.video.analyzer import DetectorVideoAnalyzer
@@ -53,7 +55,13 @@ def pose_detector() -> Any:
 
 
 @pytest.fixture(scope="module")
-def face_model() -> DlibFaces:
+def face_model() -> Any:
+    """The default face model (CenterFace finds the face, dlib's ResNet embeds it)."""
+    return CenterFaceFaces(CenterFaceConfig())
+
+
+@pytest.fixture(scope="module")
+def hog_face_model() -> DlibFaces:
     return DlibFaces(DlibFacesConfig())
 
 
@@ -72,6 +80,12 @@ def _side_by_side(*photos: str) -> np.ndarray:
     """Real photos at one height, next to each other: a photo of several people."""
     images = [photo_rgb(photo) for photo in photos]
     return np.hstack([cv2.resize(i, (round(i.shape[1] * 900 / i.shape[0]), 900)) for i in images])
+
+
+def _zidane_left_half() -> np.ndarray:
+    """The man on the left of Ultralytics' zidane.jpg: his face ~60 px wide, in a three-quarter view."""
+    rgb = real_image("zidane")
+    return np.ascontiguousarray(rgb[:, : rgb.shape[1] // 2])
 
 
 def _people(detector: Any, rgb: np.ndarray) -> list[Any]:
@@ -105,7 +119,34 @@ def test_a_blurred_or_half_hidden_face_stays_unknown(recognizer, pose_detector):
     covered = sharp.copy()  # half the face hidden behind a grey patch
     covered[y1:y2, (x1 + x2) // 2:x2] = 128
     found = recognizer.identify(covered, person.box, person.keypoints)
+    # CenterFace still finds half a face, and dlib's embedding of it still matches (0.94): never a wrong name.
+    assert found is None or found.name in (None, "Barack"), found
+    stranger = photo_rgb("biden.jpg")
+    person = _people(pose_detector, stranger)[0]
+    (x1, y1, x2, y2), _ = face_region(person.box, person.keypoints, stranger.shape[1], stranger.shape[0], 40)
+    stranger[y1:y2, (x1 + x2) // 2:x2] = 128
+    found = recognizer.identify(stranger, person.box, person.keypoints)
     assert found is None or found.name is None, found
+
+
+def test_hog_stays_selectable_and_finds_only_frontal_faces(hog_face_model, tmp_path):
+    """backend: dlib (HOG) still works, and it is what refused the three-quarter face CenterFace finds."""
+    recognizer = FaceRecognizer(hog_face_model, FaceGallery(tmp_path / "faces"), FaceRecognitionConfig(enabled=True))
+    recognizer.enrol("Barack", [photo_bytes("obama.jpg")])
+    assert recognizer.gallery.people()[0].info() == {"name": "Barack", "faces": 1}
+    with pytest.raises(ApiError) as refused:
+        recognizer.enrol("Zinedine", [_png(_zidane_left_half())])
+    assert refused.value.code == "no_face"
+    settings = load_settings(None, {"video": {"faces": {"enabled": True, "model": {"backend": "dlib"}}}})
+    assert settings.video.faces.model.backend == "dlib"
+    assert load_settings(None, {}).video.faces.model.backend == "centerface"
+    # A config that set the embedding's jitters without naming a backend still loads (now on the default).
+    assert load_settings(None, {"video": {"faces": {"model": {"jitters": 1}}}}).video.faces.model.jitters == 1
+
+
+def test_a_three_quarter_face_60_px_wide_enrols_with_the_default_detector(recognizer):
+    person = recognizer.enrol("Zinedine", [_png(_zidane_left_half())])
+    assert person.info() == {"name": "Zinedine", "faces": 1}
 
 
 def test_deleting_a_person_removes_every_embedding_and_photo(recognizer, pose_detector):
@@ -154,6 +195,12 @@ async def test_the_faces_api_enrols_lists_and_deletes_with_clear_errors_and_the_
         form.add_field("image", _png(photo_rgb("obama3.jpg")), filename="b.png", content_type="image/png")
         async with http.post(f"{faces}/Barack", data=form, headers=TOKEN) as response:
             assert await _status(response) == (201, {"name": "Barack", "faces": 3})
+        # An ordinary photo: a three-quarter face ~60 px wide, which HOG (backend: dlib) misses.
+        async with http.post(f"{faces}/Zinedine", data=_png(_zidane_left_half()),
+                             headers={**TOKEN, "Content-Type": "image/png"}) as response:
+            assert await _status(response) == (201, {"name": "Zinedine", "faces": 1})
+        async with http.delete(f"{faces}/Zinedine", headers=TOKEN) as response:
+            assert response.status == 200
         bad = {
             "several_faces": (_png(_side_by_side("obama2.jpg", "biden.jpg")), "image/png"),
             "no_face": (_png(real_image("chelsea")), "image/png"),  # a cat
