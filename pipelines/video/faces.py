@@ -330,6 +330,38 @@ class FaceRecognizer:
         log.info("faces: %d face(s) enrolled (%d people enrolled)", len(kept), len(self.gallery.names()))
         return person
 
+    def enrol_from_snapshot(self, name: str, snapshot: bytes, box: Sequence[float]) -> Person:
+        """Enrol ``name`` from what a camera saw: the face of the person in ``box`` (normalised) of an event's
+        snapshot; the photo stored is that face with a margin (not the whole scene). The box is cut 3 px inside,
+        as the snapshot has the box drawn on it."""
+        import cv2
+
+        check_name(name)
+        image, _ = decode_image(snapshot, self.settings.max_image_pixels, "the event's snapshot")
+        height, width = image.shape[:2]
+        x1, y1 = max(0, int(box[0] * width) + 3), max(0, int(box[1] * height) + 3)
+        x2, y2 = min(width, int(box[2] * width) - 3), min(height, int(box[3] * height) - 3)
+        person = np.ascontiguousarray(image[y1:y2, x1:x2])
+        if person.shape[0] < self.settings.min_face_px or person.shape[1] < self.settings.min_face_px:
+            raise ApiError("no_face", f"the event's person is {x2 - x1}x{y2 - y1} px: too small for a face")
+        # A camera's face is small: look at the person twice as large when the crop is (as enrolment does).
+        upsample = 1 if max(person.shape[:2]) <= 1000 else 0
+        faces = [f for f in self.model.find(person, upsample=upsample)
+                 if (f.top + f.bottom) / 2 < 0.6 * person.shape[0]]  # a face low in a box is someone else's
+        if not faces:
+            raise ApiError("no_face", "no face found on the event's person (turned away, covered or too small)")
+        face = max(faces, key=lambda f: f.width)
+        if face.width < self.settings.min_face_px:
+            raise ApiError("no_face", f"the face on the event's snapshot is {face.width} px wide; at least "
+                           f"{self.settings.min_face_px} (video.faces.min_face_px) are needed")
+        embedding = self.model.embed(person, face)
+        margin = face.width // 2
+        crop = person[max(0, face.top - margin):face.bottom + margin, max(0, face.left - margin):face.right + margin]
+        stored = encode_photo(cv2.cvtColor(np.ascontiguousarray(crop), cv2.COLOR_RGB2BGR), "jpg")
+        enrolled = self.gallery.add(name, embedding[None, :], [(stored, "jpg")])
+        log.info("faces: a face enrolled from an event (%d people enrolled)", len(self.gallery.names()))
+        return enrolled
+
     def identify(self, image: np.ndarray, box: tuple[float, float, float, float],
                  keypoints: list[tuple[float, float, float]] | None) -> Identity | None:
         """The identity of the person in ``box`` (normalised) of an RGB frame; None when no frontal face of at

@@ -11,14 +11,14 @@ import asyncio
 
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.errors import ApiError
 from pipelines.memory.feed import memory_entry
 from pipelines.timeline.store import Forgotten, StorageUnavailable
 from pipelines.video.faces import NAME, FaceRecognizer, check_name
 from server.engines import ENGINES
-from server.http.errors import read_body
+from server.http.errors import read_body, read_json_body
 from server.http.route import Route
 from server.state import MEMORY, TIMELINE
 
@@ -92,11 +92,45 @@ async def _images(request: web.Request) -> list[bytes]:
     return images
 
 
+class EnrolFromEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    event_id: str = Field(min_length=1, max_length=64, description=(
+        "A stored event of a tracked person (GET /api/events): their face is taken from the event's snapshot, "
+        "inside the track's box."))
+
+
+async def _event_snapshot(request: web.Request, event_id: str) -> tuple[bytes, list[float]]:
+    """The snapshot of a stored event and where its track was on it."""
+    timeline = request.app.get(TIMELINE)
+    if timeline is None:
+        raise ApiError("not_found", "the timeline is off (storage.enabled: false): no event to enrol from")
+    if not timeline.available:
+        raise ApiError("storage_unavailable", timeline.open_error or "timeline storage unavailable")
+    entry = await asyncio.to_thread(timeline.get, event_id)
+    if entry is None or entry.kind != "event":
+        raise ApiError("not_found", "no such event", param="event_id")
+    box = entry.data.get("box")
+    if not isinstance(box, list) or len(box) != 4:
+        raise ApiError("no_track", "the event has no tracked object's box to take a face from (an event recorded "
+                       "before boxes were kept, or not about an object)", param="event_id")
+    path = timeline.media_path(entry.snapshot)
+    if path is None:
+        raise ApiError("no_snapshot", "the event has no snapshot (storage.clips off, or deleted by retention)",
+                       param="event_id")
+    return await asyncio.to_thread(path.read_bytes), [float(v) for v in box]
+
+
 async def enrol(request: web.Request) -> web.Response:
     name = check_name(request.match_info["name"])
-    images = await _images(request)
-    recognizer = await _recognizer(request)
-    person = await asyncio.to_thread(recognizer.enrol, name, images)
+    if request.content_type == "application/json":  # from what a camera saw
+        event = await read_json_body(request, EnrolFromEvent)
+        snapshot, box = await _event_snapshot(request, event.event_id)
+        recognizer = await _recognizer(request)
+        person = await asyncio.to_thread(recognizer.enrol_from_snapshot, name, snapshot, box)
+    else:
+        images = await _images(request)
+        recognizer = await _recognizer(request)
+        person = await asyncio.to_thread(recognizer.enrol, name, images)
     timeline = request.app.get(TIMELINE)
     if timeline is not None:
         timeline.allow_identity(name)  # enrolled again: their events are named again from now on
@@ -146,8 +180,10 @@ FACE_ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/faces", list_people, "The people enrolled for face recognition (video.faces)",
           response=PeopleList, errors=(401,)),
     Route("POST", _ONE, enrol, "Enrol a person (or add photos): a raw image/jpeg or image/png body, or "
-          "multipart/form-data with one photo per part; each photo must show exactly one face",
-          response=PersonInfo, status=201, errors=(400, 401, 413, 415), form_fields=("image",)),
+          "multipart/form-data with one photo per part (each must show exactly one face), or application/json "
+          "{\"event_id\"}: the face of the event's tracked person on its snapshot",
+          body=EnrolFromEvent, response=PersonInfo, status=201, errors=(400, 401, 404, 413, 415, 422),
+          form_fields=("image",)),
     Route("DELETE", _ONE, delete_person, "Delete a person: every embedding and photo of theirs, and their name "
           "from the timeline (events, alerts, replies, transcripts) and memory; their events' clips and snapshots "
           "are kept, unnamed. The answer counts what changed", response=PersonDeleted, errors=(401, 404, 503)),

@@ -36,6 +36,7 @@ from pipelines.video.batcher import InferenceBatcher
 from pipelines.video.faces import FaceGallery, FaceRecognitionConfig, FaceRecognizer, face_region
 from pipelines.video.plates import PlateReader, PlateReadingConfig, StreamPlates
 from server.config import load_settings
+from server.engines import ENGINES
 from server.state import MEMORY, TIMELINE
 from tests.integration.test_sources import Watcher
 from tests.support import face_photos
@@ -187,9 +188,16 @@ async def test_the_faces_api_enrols_lists_and_deletes_with_clear_errors_and_the_
             async with http.request(method, url, data=photo_bytes("obama.jpg"),
                                     headers={"Content-Type": "image/jpeg"}) as response:
                 assert response.status == 401, (method, url)
+        async with http.post(f"{faces}/Barack", json={"event_id": "nope"}) as response:
+            assert response.status == 401  # enrolling from an event takes the token too
         async with http.post(f"{faces}/Barack", data=photo_bytes("obama.jpg"),
                              headers={**TOKEN, "Content-Type": "image/jpeg"}) as response:
             assert await _status(response) == (201, {"name": "Barack", "faces": 1})
+        for body, expected in (({"event_id": "nope"}, (404, "not_found")), ({"event_id": 5}, (422, "invalid_body")),
+                               ({"event": "x"}, (422, "invalid_body"))):
+            async with http.post(f"{faces}/Barack", json=body, headers=TOKEN) as response:
+                status, error = await _status(response)
+                assert (status, error["error"]["code"]) == expected, (body, status, error)
         form = aiohttp.FormData(default_to_multipart=True)
         form.add_field("image", photo_bytes("obama2.jpg"), filename="a.jpg", content_type="image/jpeg")
         form.add_field("image", _png(photo_rgb("obama3.jpg")), filename="b.png", content_type="image/png")
@@ -227,7 +235,9 @@ async def test_the_faces_api_enrols_lists_and_deletes_with_clear_errors_and_the_
             assert await _status(response) == (200, {"people": []})
         async with http.get(f"{server.url}/openapi.json", headers=TOKEN) as response:
             paths = (await response.json())["paths"]
-        assert set(paths["/api/faces"]) == {"get"} and set(paths["/api/faces/{name}"]) == {"post", "delete"}
+        assert set(paths["/api/faces"]) == {"get"} and set(paths["/api/faces/{name}"]) >= {"post", "delete"}
+        enrol_body = paths["/api/faces/{name}"]["post"]["requestBody"]["content"]
+        assert set(enrol_body) == {"application/json", "multipart/form-data"}
     assert not any((tmp_path / "timeline" / "faces").iterdir())  # the photos went with the person
 
 
@@ -275,6 +285,41 @@ async def test_tracks_and_their_events_carry_the_name_and_the_timeline_and_searc
             results = (await response.json())["results"]
         assert results and "Barack" in results[0]["text"] and results[0]["kind"] == "event", results
 
+
+async def test_a_person_is_enrolled_from_what_the_camera_saw(vigil, arrivals: Path, pose_detector):
+    """POST /api/faces/{name} {"event_id"}: the face of the event's track on its snapshot (the camera's frame, the
+    boxes drawn on it), then recognised in another photo."""
+    detector = {"backend": load_settings(None, {}).models.detector.backend}  # the default: the pose model
+    server = await vigil(sources={"media_root": str(arrivals)}, video={"target_fps": 5, "faces": {"enabled": True}},
+                         models={"detector": detector}, storage={"appear": [{"label": "person"}], "clips": True})
+    async with aiohttp.ClientSession() as http:
+        await _played(http, server.url, "arrivals.mp4")
+        assert await asyncio.to_thread(server.app[TIMELINE].flush)
+        await asyncio.sleep(0.5)  # the snapshot is written on the clip thread
+        async with http.get(f"{server.url}/api/events?name=object.appeared&limit=50") as response:
+            appeared = sorted((await response.json())["events"], key=lambda e: e["wall_ts"])
+        assert len(appeared) == 2 and all(e["has_snapshot"] and len(e["data"]["box"]) == 4 for e in appeared)
+        barack = appeared[0]  # he came first
+        async with http.post(f"{server.url}/api/faces/Barack", json={"event_id": barack["id"]}) as response:
+            assert await _status(response) == (201, {"name": "Barack", "faces": 1})
+        async with http.get(f"{server.url}/api/faces") as response:
+            assert (await response.json())["people"] == [{"name": "Barack", "faces": 1}]
+        async with http.post(f"{server.url}/api/faces/Barack", json={"event_id": barack["id"]},
+                             headers={"Content-Type": "text/plain"}) as response:
+            assert response.status == 415  # neither JSON nor an image
+    recognizer = server.app[ENGINES].faces()
+    stored = next(recognizer.gallery.root.iterdir())
+    with Image.open(next(stored.glob("*.jpg"))) as photo:
+        assert max(photo.size) < 300  # the face with a margin, not the camera's whole frame
+    probe = photo_rgb("obama3.jpg")  # a photo the camera never saw
+    person = _people(pose_detector, probe)[0]
+    assert recognizer.identify(probe, person.box, person.keypoints).name == "Barack"
+    assert recognizer.identify(real_image("astronaut"), *_box_and_keypoints(pose_detector, "astronaut")).name is None
+
+
+def _box_and_keypoints(detector: Any, photo: str) -> tuple[Any, Any]:
+    person = _people(detector, real_image(photo))[0]
+    return person.box, person.keypoints
 
 
 def _metadata(data: bytes) -> dict[str, Any]:
