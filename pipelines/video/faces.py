@@ -57,6 +57,7 @@ MAX_UPSCALE = 4.0
 MAX_IMAGE_SIDE = 2000  # enrolment photos are shrunk to this first (HOG's cost grows with the pixels)
 MAX_IMAGE_PIXELS = 40_000_000  # the default of video.faces.max_image_pixels
 JPEG_QUALITY = 95  # stored photos, re-encoded without their metadata
+NEGATIVES = "negatives.npy"  # in a person's folder: faces marked "not this person"
 NAME = re.compile(r"^\w[\w .'\-]{0,63}$")
 _NOSE, _LEFT_EYE, _RIGHT_EYE, _LEFT_EAR, _RIGHT_EAR = range(5)
 
@@ -111,11 +112,17 @@ def check_name(name: str) -> str:
 @dataclass
 class Person:
     name: str
-    embeddings: np.ndarray  # (n, d) unit vectors
+    embeddings: np.ndarray  # (n, d) unit vectors, one per image, in the images' order
     images: list[str] = field(default_factory=list)  # file names inside the person's folder
+    # Faces wrongly given this name ("not this person"): a face nearer one of them than any of the person's own
+    # photos is not named.
+    negatives: np.ndarray | None = None
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "faces": len(self.embeddings)}
+
+    def negative_count(self) -> int:
+        return 0 if self.negatives is None else len(self.negatives)
 
 
 class FaceGallery:
@@ -142,7 +149,9 @@ class FaceGallery:
             try:
                 meta = json.loads((folder / "person.json").read_text())
                 embeddings = np.load(folder / "embeddings.npy")
-                self._people[meta["name"]] = Person(meta["name"], embeddings.astype(np.float32), meta["images"])
+                negatives = np.load(folder / NEGATIVES).astype(np.float32) if (folder / NEGATIVES).is_file() else None
+                self._people[meta["name"]] = Person(meta["name"], embeddings.astype(np.float32), meta["images"],
+                                                    negatives)
             except (OSError, ValueError, KeyError) as error:  # a half-written folder: skip it, say which
                 log.warning("faces: %s not loaded: %s", folder.name, type(error).__name__)
                 continue
@@ -151,10 +160,14 @@ class FaceGallery:
         self._reindex()
 
     def _reindex(self) -> None:
-        people = list(self._people.values())
+        people = [p for p in self._people.values() if len(p.embeddings)]
         self._owners = [p.name for p in people for _ in range(len(p.embeddings))]
         self._matrix = np.concatenate([p.embeddings for p in people]) if people else np.zeros((0, 0), np.float32)
         self.version += 1
+
+    def person(self, name: str) -> Person | None:
+        with self._lock:
+            return self._people.get(name)
 
     def people(self) -> list[Person]:
         with self._lock:
@@ -171,19 +184,62 @@ class FaceGallery:
             folder.mkdir(parents=True, exist_ok=True)
             person = self._people.get(name) or Person(name, np.zeros((0, embeddings.shape[1]), np.float32))
             files = list(person.images)
+            number = max((int(f.split(".")[0]) for f in files), default=0)  # never a removed photo's number
             for data, extension in images:
-                file = f"{len(files) + 1:04d}.{extension}"
+                number += 1
+                file = f"{number:04d}.{extension}"
                 _write_atomic(folder / file, data)
                 files.append(file)
             stacked = np.concatenate([person.embeddings, embeddings.astype(np.float32)])
-            with tempfile.NamedTemporaryFile(dir=folder, suffix=".npy", delete=False) as handle:
-                np.save(handle, stacked)
-            os.replace(handle.name, folder / "embeddings.npy")
-            meta = {"name": name, "images": files, "stripped": True}  # stripped: photos stored without metadata
-            _write_atomic(folder / "person.json", json.dumps(meta).encode())
-            self._people[name] = person = Person(name, stacked, files)
-            self._reindex()
-            return person
+            return self._store(folder, Person(name, stacked, files, person.negatives))
+
+    def _store(self, folder: Path, person: Person) -> Person:
+        """Write ``person``'s embeddings, negatives and list of photos (each file replaced whole); lock held."""
+        _write_npy(folder / "embeddings.npy", person.embeddings)
+        if person.negatives is not None:
+            _write_npy(folder / NEGATIVES, person.negatives)
+        meta = {"name": person.name, "images": person.images, "stripped": True}  # stripped: no photo metadata
+        _write_atomic(folder / "person.json", json.dumps(meta).encode())
+        self._people[person.name] = person
+        self._reindex()
+        return person
+
+    def photo_path(self, name: str, photo_id: str) -> Path | None:
+        """The stored file of one of ``name``'s photos (its id: the file name without extension)."""
+        with self._lock:
+            person = self._people.get(name)
+            file = next((f for f in person.images if f.split(".")[0] == photo_id), None) if person else None
+            return self._folder(name) / file if file else None
+
+    def add_negative(self, name: str, embedding: np.ndarray) -> Person | None:
+        """Keep ``embedding`` as a face that is not ``name`` (None: nobody has that name)."""
+        with self._lock:
+            person = self._people.get(name)
+            if person is None:
+                return None
+            negatives = embedding[None, :].astype(np.float32)
+            if person.negatives is not None:
+                negatives = np.concatenate([person.negatives, negatives])
+            return self._store(self._folder(name), Person(name, person.embeddings, person.images, negatives))
+
+    def remove_photo(self, name: str, photo_id: str) -> Person | None:
+        """Delete one photo of ``name`` and its embedding (None: no such person or photo). The last photo is
+        refused: deleting the person (``delete``) is what forgets them."""
+        with self._lock:
+            person = self._people.get(name)
+            files = [f.split(".")[0] for f in person.images] if person is not None else []
+            if person is None or photo_id not in files:
+                return None
+            if len(files) == 1:
+                raise ApiError("conflict", "this is the person's last photo: delete the person instead "
+                               "(DELETE /api/faces/{name}), which also takes their name from the timeline")
+            index = files.index(photo_id)
+            folder = self._folder(name)
+            kept = Person(name, np.delete(person.embeddings, index, axis=0),
+                          [f for i, f in enumerate(person.images) if i != index], person.negatives)
+            self._store(folder, kept)
+            (folder / person.images[index]).unlink(missing_ok=True)
+            return kept
 
     def delete(self, name: str) -> Person | None:
         """Remove every embedding and image of ``name``; returns what was removed (None: nobody has that name)."""
@@ -196,13 +252,24 @@ class FaceGallery:
             return person
 
     def match(self, embedding: np.ndarray) -> tuple[str | None, float]:
-        """The enrolled person most similar to ``embedding`` and the similarity (None, -1 with nobody enrolled)."""
+        """The enrolled person most similar to ``embedding`` and the similarity (None, -1 with nobody enrolled);
+        None with the similarity when the face is nearer one of that person's negatives than to their photos."""
         with self._lock:
             if not self._owners:
                 return None, -1.0
             similarities = self._matrix @ embedding
             best = int(np.argmax(similarities))
-            return self._owners[best], float(similarities[best])
+            name, score = self._owners[best], float(similarities[best])
+            negatives = self._people[name].negatives
+            if negatives is not None and len(negatives) and float(np.max(negatives @ embedding)) >= score:
+                return None, score
+            return name, score
+
+
+def _write_npy(path: Path, array: np.ndarray) -> None:
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npy", delete=False) as handle:
+        np.save(handle, array)
+    os.replace(handle.name, path)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -337,6 +404,17 @@ class FaceRecognizer:
         import cv2
 
         check_name(name)
+        person, face = self.snapshot_face(snapshot, box)
+        embedding = self.model.embed(person, face)
+        margin = face.width // 2
+        crop = person[max(0, face.top - margin):face.bottom + margin, max(0, face.left - margin):face.right + margin]
+        stored = encode_photo(cv2.cvtColor(np.ascontiguousarray(crop), cv2.COLOR_RGB2BGR), "jpg")
+        enrolled = self.gallery.add(name, embedding[None, :], [(stored, "jpg")])
+        log.info("faces: a face enrolled from an event (%d people enrolled)", len(self.gallery.names()))
+        return enrolled
+
+    def snapshot_face(self, snapshot: bytes, box: Sequence[float]) -> tuple[np.ndarray, FaceBox]:
+        """The person's crop (RGB) in ``box`` (normalised) of an event's snapshot and the face found on it."""
         image, _ = decode_image(snapshot, self.settings.max_image_pixels, "the event's snapshot")
         height, width = image.shape[:2]
         x1, y1 = max(0, int(box[0] * width) + 3), max(0, int(box[1] * height) + 3)
@@ -354,13 +432,19 @@ class FaceRecognizer:
         if face.width < self.settings.min_face_px:
             raise ApiError("no_face", f"the face on the event's snapshot is {face.width} px wide; at least "
                            f"{self.settings.min_face_px} (video.faces.min_face_px) are needed")
-        embedding = self.model.embed(person, face)
-        margin = face.width // 2
-        crop = person[max(0, face.top - margin):face.bottom + margin, max(0, face.left - margin):face.right + margin]
-        stored = encode_photo(cv2.cvtColor(np.ascontiguousarray(crop), cv2.COLOR_RGB2BGR), "jpg")
-        enrolled = self.gallery.add(name, embedding[None, :], [(stored, "jpg")])
-        log.info("faces: a face enrolled from an event (%d people enrolled)", len(self.gallery.names()))
-        return enrolled
+        return person, face
+
+    def not_this_person(self, name: str, snapshot: bytes, box: Sequence[float]) -> Person:
+        """The face on an event's snapshot was wrongly named ``name``: keep its embedding as their negative."""
+        person = self.gallery.person(name)
+        if person is None:
+            raise ApiError("not_found", "nobody is enrolled under the name the event carries")
+        crop, face = self.snapshot_face(snapshot, box)
+        marked = self.gallery.add_negative(name, self.model.embed(crop, face))
+        if marked is None:  # deleted meanwhile
+            raise ApiError("not_found", "nobody is enrolled under the name the event carries")
+        log.info("faces: a face marked as not an enrolled person")
+        return marked
 
     def identify(self, image: np.ndarray, box: tuple[float, float, float, float],
                  keypoints: list[tuple[float, float, float]] | None) -> Identity | None:

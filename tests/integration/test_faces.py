@@ -184,7 +184,10 @@ async def test_the_faces_api_enrols_lists_and_deletes_with_clear_errors_and_the_
     server = await vigil(auth={"token": "s3cret"}, video={"faces": {"enabled": True}})
     faces = f"{server.url}/api/faces"
     async with aiohttp.ClientSession() as http:
-        for method, url in (("GET", faces), ("POST", f"{faces}/Barack"), ("DELETE", f"{faces}/Barack")):
+        for method, url in (("GET", faces), ("POST", f"{faces}/Barack"), ("DELETE", f"{faces}/Barack"),
+                            ("GET", f"{faces}/Barack"), ("GET", f"{faces}/Barack/photos/0001"),
+                            ("DELETE", f"{faces}/Barack/photos/0001"),
+                            ("POST", f"{server.url}/api/events/x/not-this-person")):
             async with http.request(method, url, data=photo_bytes("obama.jpg"),
                                     headers={"Content-Type": "image/jpeg"}) as response:
                 assert response.status == 401, (method, url)
@@ -236,6 +239,9 @@ async def test_the_faces_api_enrols_lists_and_deletes_with_clear_errors_and_the_
         async with http.get(f"{server.url}/openapi.json", headers=TOKEN) as response:
             paths = (await response.json())["paths"]
         assert set(paths["/api/faces"]) == {"get"} and set(paths["/api/faces/{name}"]) >= {"post", "delete"}
+        assert set(paths["/api/faces/{name}"]) == {"get", "post", "delete"}
+        assert set(paths["/api/faces/{name}/photos/{photo_id}"]) == {"get", "delete"}
+        assert set(paths["/api/events/{event_id}/not-this-person"]) == {"post"}
         enrol_body = paths["/api/faces/{name}"]["post"]["requestBody"]["content"]
         assert set(enrol_body) == {"application/json", "multipart/form-data"}
     assert not any((tmp_path / "timeline" / "faces").iterdir())  # the photos went with the person
@@ -315,6 +321,69 @@ async def test_a_person_is_enrolled_from_what_the_camera_saw(vigil, arrivals: Pa
     person = _people(pose_detector, probe)[0]
     assert recognizer.identify(probe, person.box, person.keypoints).name == "Barack"
     assert recognizer.identify(real_image("astronaut"), *_box_and_keypoints(pose_detector, "astronaut")).name is None
+
+
+async def test_not_this_person_keeps_the_wrong_face_as_a_negative_and_the_persons_page_manages_photos(
+        vigil, arrivals: Path, pose_detector):
+    """A threshold loose enough (0.75) that the astronaut is taken for Barack (similarity ~0.81): marking her event
+    "not this person" keeps her face as his negative, so she is no longer named, and he still is."""
+    detector = {"backend": load_settings(None, {}).models.detector.backend}
+    faces = {"enabled": True, "threshold": 0.75, "max_wait_s": 10.0}
+    server = await vigil(sources={"media_root": str(arrivals)}, video={"target_fps": 5, "faces": faces},
+                         models={"detector": detector}, storage={"appear": [{"label": "person"}], "clips": True})
+    url = f"{server.url}/api/faces/Barack"
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, data=photo_bytes("obama.jpg"), headers={"Content-Type": "image/jpeg"}) as r:
+            assert r.status == 201
+        await _played(http, server.url, "arrivals.mp4")
+        assert await asyncio.to_thread(server.app[TIMELINE].flush)
+        await asyncio.sleep(0.5)  # the snapshots are written on the clip thread
+        async with http.get(f"{server.url}/api/events?name=object.appeared&limit=50") as response:
+            appeared = sorted((await response.json())["events"], key=lambda e: e["wall_ts"])
+        assert [e["data"].get("identity", {}).get("name") for e in appeared] == ["Barack", "Barack"], appeared
+        astronaut = appeared[1]
+        async with http.post(f"{server.url}/api/events/{astronaut['id']}/not-this-person") as response:
+            assert await _status(response) == (200, {"event_id": astronaut["id"], "name": "Barack", "negatives": 1})
+        async with http.get(f"{server.url}/api/events/{astronaut['id']}") as response:
+            assert "identity" not in (await response.json())["data"]  # the event no longer names him
+        async with http.post(f"{server.url}/api/events/{astronaut['id']}/not-this-person") as response:
+            status, error = await _status(response)
+            assert (status, error["error"]["code"]) == (400, "not_recognised")
+        async with http.post(f"{server.url}/api/events/nope/not-this-person") as response:
+            assert response.status == 404
+        recognizer = server.app[ENGINES].faces()
+        her = _box_and_keypoints(pose_detector, "astronaut")
+        assert recognizer.identify(real_image("astronaut"), *her).name is None
+        probe = photo_rgb("obama3.jpg")
+        person = _people(pose_detector, probe)[0]
+        assert recognizer.identify(probe, person.box, person.keypoints).name == "Barack"
+
+        # The person's page: the photos behind the name; one removed, the last one refused.
+        async with http.post(url, data=photo_bytes("obama3.jpg"), headers={"Content-Type": "image/jpeg"}) as r:
+            assert r.status == 201
+        async with http.get(url) as response:
+            page = await response.json()
+        assert page == {"name": "Barack", "faces": 2, "negatives": 1, "photos": [
+            {"id": "0001", "url": "/api/faces/Barack/photos/0001"},
+            {"id": "0002", "url": "/api/faces/Barack/photos/0002"}]}
+        async with http.get(f"{server.url}{page['photos'][1]['url']}") as response:
+            assert response.status == 200 and response.content_type == "image/jpeg"
+            assert (await response.read())[:3] == b"\xff\xd8\xff"
+        async with http.delete(f"{url}/photos/0001") as response:
+            status, kept = await _status(response)
+            assert status == 200 and [p["id"] for p in kept["photos"]] == ["0002"] and kept["faces"] == 1
+        async with http.delete(f"{url}/photos/0001") as response:
+            assert response.status == 404
+        async with http.delete(f"{url}/photos/0002") as response:
+            status, error = await _status(response)
+            assert (status, error["error"]["code"]) == (409, "conflict")
+        async with http.get(f"{server.url}/api/faces/Nobody") as response:
+            assert response.status == 404
+        folder = next(recognizer.gallery.root.iterdir())
+        assert (folder / "negatives.npy").is_file()
+        async with http.delete(url) as response:
+            assert response.status == 200
+    assert list(recognizer.gallery.root.iterdir()) == []  # the negatives went with the person
 
 
 def _box_and_keypoints(detector: Any, photo: str) -> tuple[Any, Any]:
