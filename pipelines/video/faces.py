@@ -371,8 +371,8 @@ class FaceRecognizer:
         """The one face of an enrolment photo; a photo with none or several is refused."""
         faces = self.model.find(image, upsample=1 if max(image.shape[:2]) <= 1000 else 0)
         if not faces:
-            raise ApiError("no_face", f"{what}: no face found (a face turned less than ~60° from the camera, at "
-                           "least ~40 px wide, is needed)")
+            raise ApiError("no_face", f"{what}: no face found (a face showing both eyes, at least ~40 px wide, "
+                           "is needed)")
         if len(faces) > 1:
             raise ApiError("several_faces", f"{what}: {len(faces)} faces found; enrol from a photo of one person")
         return faces[0]
