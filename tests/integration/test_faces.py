@@ -145,6 +145,19 @@ def test_hog_stays_selectable_and_finds_only_frontal_faces(hog_face_model, tmp_p
     assert load_settings(None, {"video": {"faces": {"model": {"jitters": 1}}}}).video.faces.model.jitters == 1
 
 
+async def test_a_server_configured_with_hog_enrols_only_frontal_faces(vigil):
+    server = await vigil(video={"faces": {"enabled": True, "model": {"backend": "dlib"}}})
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{server.url}/api/faces/Zinedine", data=_png(_zidane_left_half()),
+                             headers={"Content-Type": "image/png"}) as response:
+            status, error = await _status(response)
+            assert (status, error["error"]["code"]) == (400, "no_face")
+        async with http.post(f"{server.url}/api/faces/Barack", data=photo_bytes("obama.jpg"),
+                             headers={"Content-Type": "image/jpeg"}) as response:
+            assert await _status(response) == (201, {"name": "Barack", "faces": 1})
+    assert type(server.app[ENGINES].faces().model).__name__ == "DlibFaces"
+
+
 def test_a_three_quarter_face_60_px_wide_enrols_with_the_default_detector(recognizer):
     person = recognizer.enrol("Zinedine", [_png(_zidane_left_half())])
     assert person.info() == {"name": "Zinedine", "faces": 1}
