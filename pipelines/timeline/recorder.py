@@ -154,9 +154,14 @@ class TimelineRecorder:
         if not events:
             return []
         stream_s = self._clip_time(frame, pts)
+        boxes = {obj["track_id"]: obj["box"] for obj in objects if obj.get("track_id")}
         out: list[tuple[str, dict[str, Any], str]] = []
         for name, data in events:
-            entry = self._entry("event", name, pts, data=data,
+            # The stored entry keeps where its track was on the snapshot's frame (normalised x1, y1, x2, y2), so
+            # that a person can be enrolled from the event (POST /api/faces/{name} {"event_id"}); not on the wire.
+            box = boxes.get(data.get("track_id"))
+            stored = {**data, "box": [round(float(v), 4) for v in box]} if box is not None else data
+            entry = self._entry("event", name, pts, data=stored,
                                 clip_state="pending" if self.mode != "none" else "none")
             self._put(entry)
             out.append((name, data, entry.id))

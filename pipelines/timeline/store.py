@@ -576,6 +576,26 @@ class TimelineStore:
         forgotten.snapshots = len({e.snapshot for e in forgotten.entries if e.snapshot})
         return forgotten
 
+    def unname(self, entry_id: str, name: str) -> TimelineEntry | None:
+        """Take ``name`` out of one entry (blocking), as deleting the person does everywhere (its identity goes,
+        its text says "someone"): the event was marked "not this person". Returns the changed entry (None: no such
+        entry, or it does not carry the name)."""
+        if not valid_entry_id(entry_id):
+            return None
+        with self._retention_lock, self._reading() as conn:
+            conn.execute("PRAGMA secure_delete = ON")
+            with _transaction(conn):
+                row = conn.execute("SELECT * FROM entries WHERE id = ?", (entry_id,)).fetchone()
+                if row is None:
+                    return None
+                entry = _row_entry(row)
+                identity, named = anonymise(entry, name)
+                if not identity and not named:
+                    return None
+                conn.execute("UPDATE entries SET data = ?, text = ? WHERE id = ?",
+                             (json.dumps(entry.data, default=str), entry.text, entry.id))
+        return entry
+
     def allow_identity(self, name: str) -> None:
         """``name`` was enrolled again: entries written from now on keep it."""
         self._forgotten_names.discard(name)
