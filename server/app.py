@@ -30,6 +30,7 @@ from server.media.routes import MEDIA_ROUTES
 from server.media.sessions import SESSIONS
 from server.media.sources import SOURCES
 from server.metrics import watch_event_loop
+from server.mqtt.publisher import MQTT_PUBLISHER, mount_mqtt
 from server.records.events import EVENT_ROUTES
 from server.records.faces import FACE_ROUTES
 from server.records.memory import MEMORY_ROUTES
@@ -104,6 +105,7 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None,
         app.on_cleanup.append(_close_redis)
     mount_v1_ingress(app, services.ingress)  # every /v1/ route: API keys or token, rate limit, size limits
     app.on_cleanup.append(_timeline_closer(services))  # the timeline store and its clip writers, closed on cleanup
+    mount_mqtt(app, services.mqtt)  # closed after the timeline, whose last committed entries it still sends
     mount_chat(app, settings, services.chat, services.disconnects)  # the chat service (shared with gRPC)
     app.router.add_get("/", _index)
     if settings.server.web_root.is_dir():
@@ -155,6 +157,8 @@ def _hold(app: web.Application, services: Services) -> None:
         app[CLUSTER] = services.cluster
     if services.grpc is not None:
         app[GRPC_SERVER] = services.grpc
+    if services.mqtt is not None:
+        app[MQTT_PUBLISHER] = services.mqtt
 
 
 def _timeline_closer(services: Services) -> Callable[[web.Application], Awaitable[None]]:

@@ -31,6 +31,7 @@ from server.engines import Analyzers, Engines, ModelPool, VoiceLoops
 from server.grpc_api.service import GrpcServer, build_grpc
 from server.media.sessions import SessionRegistry, TimelineFactory
 from server.media.sources import SourceManager
+from server.mqtt.publisher import MqttPublisher
 from server.records.memory import chat_documents
 from server.state import MEMORY_CATCH_UP
 from server.v1.audio import build_audio
@@ -59,6 +60,7 @@ class Services:
     audio: AudioServices | None  # transcription or speech enabled
     cluster: ClusterNode | None  # cluster.redis_url
     grpc: GrpcServer | None  # grpc.enabled
+    mqtt: MqttPublisher | None  # mqtt.enabled
 
 
 def build_services(settings: Settings, analyzers: Analyzers | None = None,
@@ -79,7 +81,16 @@ def build_services(settings: Settings, analyzers: Analyzers | None = None,
         memory=memory, sessions=sessions, sources=sources, chat=chat,
         disconnects=DisconnectWatcher(settings.api.disconnect_poll_s), ingress=V1Ingress(settings, redis),
         audio=build_audio(settings, engines), cluster=cluster, grpc=build_grpc(settings, engines, chat),
+        mqtt=build_mqtt(settings),
     )
+
+
+def build_mqtt(settings: Settings) -> MqttPublisher | None:
+    """The MQTT publisher (``mqtt.enabled``); the composition root starts it with the stored timeline."""
+    if not settings.mqtt.enabled:
+        return None
+    storage = settings.storage
+    return MqttPublisher(settings.mqtt, snapshots_recorded=storage.enabled and storage.clips)
 
 
 def with_voice_recall(analyzers: Analyzers, recall: ContextProvider | None) -> Analyzers:

@@ -36,6 +36,7 @@ from server.config.models import (
     SttModel,
     TtsModel,
 )
+from server.config.mqtt import MqttSettings
 from server.config.redis import RedisSettings
 from server.config.server import ServerSettings
 from server.config.sessions import SessionLimits
@@ -64,6 +65,7 @@ __all__ = [
     "LlmUpstream",
     "MemorySettings",
     "ModelsSettings",
+    "MqttSettings",
     "RateLimit",
     "RedisSettings",
     "Section",
@@ -106,6 +108,7 @@ class Settings(BaseSettings):
     storage: StorageSettings = StorageSettings()
     cluster: ClusterSettings = ClusterSettings()
     memory: MemorySettings = MemorySettings()
+    mqtt: MqttSettings = MqttSettings()
 
     @field_validator("sources")
     @classmethod
