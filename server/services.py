@@ -25,10 +25,13 @@ from pipelines.memory.vectors import MilvusVectors
 from pipelines.timeline.recorder import AppearRule, RecorderSettings, TimelineRecorder
 from pipelines.timeline.store import TimelineStore
 from pipelines.voice.recall import ContextProvider
+from server import __version__
 from server.cluster.node import ClusterNode
 from server.config import Settings
 from server.engines import Analyzers, Engines, ModelPool, VoiceLoops
 from server.grpc_api.service import GrpcServer, build_grpc
+from server.mcp_api.service import McpService
+from server.mcp_api.tools import VigilTools
 from server.media.sessions import SessionRegistry, TimelineFactory
 from server.media.sources import SourceManager
 from server.mqtt.publisher import MqttPublisher
@@ -61,6 +64,7 @@ class Services:
     cluster: ClusterNode | None  # cluster.redis_url
     grpc: GrpcServer | None  # grpc.enabled
     mqtt: MqttPublisher | None  # mqtt.enabled
+    mcp: McpService | None  # mcp.enabled
 
 
 def build_services(settings: Settings, analyzers: Analyzers | None = None,
@@ -81,7 +85,7 @@ def build_services(settings: Settings, analyzers: Analyzers | None = None,
         memory=memory, sessions=sessions, sources=sources, chat=chat,
         disconnects=DisconnectWatcher(settings.api.disconnect_poll_s), ingress=V1Ingress(settings, redis),
         audio=build_audio(settings, engines), cluster=cluster, grpc=build_grpc(settings, engines, chat),
-        mqtt=build_mqtt(settings),
+        mqtt=build_mqtt(settings), mcp=build_mcp(settings, engines, timeline, memory, sources),
     )
 
 
@@ -91,6 +95,15 @@ def build_mqtt(settings: Settings) -> MqttPublisher | None:
         return None
     storage = settings.storage
     return MqttPublisher(settings.mqtt, snapshots_recorded=storage.enabled and storage.clips)
+
+
+def build_mcp(settings: Settings, engines: Engines, timeline: Timeline, memory: MemoryIndex | None,
+              sources: SourceManager) -> McpService | None:
+    """The MCP server (``mcp.enabled``): its tools read the stored timeline, memory, sources and faces."""
+    if not settings.mcp.enabled:
+        return None
+    tools = VigilTools(settings, engines, timeline.store if timeline.stored else None, memory, sources)
+    return McpService(tools, __version__)
 
 
 def with_voice_recall(analyzers: Analyzers, recall: ContextProvider | None) -> Analyzers:

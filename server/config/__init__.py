@@ -26,6 +26,7 @@ from server.config.auth import AuthSettings
 from server.config.base import REPO_ROOT, Section
 from server.config.cluster import ClusterSettings
 from server.config.grpc import GrpcSettings
+from server.config.mcp import McpSettings
 from server.config.memory import MemorySettings
 from server.config.models import (
     DetectorModel,
@@ -63,6 +64,7 @@ __all__ = [
     "LlmModel",
     "LlmRouting",
     "LlmUpstream",
+    "McpSettings",
     "MemorySettings",
     "ModelsSettings",
     "MqttSettings",
@@ -109,6 +111,7 @@ class Settings(BaseSettings):
     cluster: ClusterSettings = ClusterSettings()
     memory: MemorySettings = MemorySettings()
     mqtt: MqttSettings = MqttSettings()
+    mcp: McpSettings = McpSettings()
 
     @field_validator("sources")
     @classmethod
