@@ -111,3 +111,17 @@ def discovery_messages(config: MqttSettings, topics: Topics, source: str, label:
                   **availability}
         out.append(Outgoing(f"{topics.discovery_prefix}/camera/{sensor_id}/config", encode(camera), retain=True))
     return out
+
+
+def switch_discovery(config: MqttSettings, topics: Topics, key: str, name: str, command_topic: str,
+                     state_topic: str) -> Outgoing:
+    """Home Assistant discovery of a switch Vigil obeys (``server.mqtt.commands``): a source's detection, alerts."""
+    node = object_id(config.client_id)
+    switch_id = object_id(node, key)
+    switch = {"name": name, "unique_id": switch_id, "object_id": switch_id, "command_topic": command_topic,
+              "state_topic": state_topic, "payload_on": "ON", "payload_off": "OFF",
+              "device": {"identifiers": [node], "name": f"Vigil ({config.client_id})", "manufacturer": "Vigil",
+                         "model": "stream analysis server"},
+              "availability_topic": topics.availability, "payload_available": "online",
+              "payload_not_available": "offline"}
+    return Outgoing(f"{topics.discovery_prefix}/switch/{switch_id}/config", encode(switch), retain=True)

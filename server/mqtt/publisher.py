@@ -1,5 +1,6 @@
 """The MQTT publisher: what the timeline commits (events, alerts, scene counts, snapshots) goes to a broker, with
-Home Assistant discovery and an availability topic whose last will is ``offline``.
+Home Assistant discovery and an availability topic whose last will is ``offline``; on the same connection it takes
+the commands of ``server.mqtt.commands``.
 
 Why aiomqtt: it is asyncio-native (paho's network loop driven by the event loop's reader and writer callbacks, no
 thread of its own), maintained, and built on paho-mqtt, the reference client; gmqtt and hbmqtt are unmaintained.
@@ -26,6 +27,7 @@ from aiohttp import web
 from pipelines.timeline.store import TimelineEntry, TimelineStore
 from server.config.mqtt import MqttSettings
 from server.metrics import MQTT_CONNECTED, MQTT_DROPPED, MQTT_PUBLISHED, MQTT_QUEUED
+from server.mqtt.commands import MqttCommands
 from server.mqtt.messages import (
     PUBLISHED_KINDS,
     Outgoing,
@@ -34,6 +36,7 @@ from server.mqtt.messages import (
     encode,
     event_payload,
     source_of,
+    switch_discovery,
 )
 from server.state import TIMELINE
 
@@ -50,8 +53,10 @@ class MqttPublisher:
     """One per app (``mqtt.enabled``). ``start(store)`` on the app's start-up listens to the timeline and connects;
     ``close()`` flushes what it can, says ``offline`` and disconnects."""
 
-    def __init__(self, config: MqttSettings, *, snapshots_recorded: bool) -> None:
+    def __init__(self, config: MqttSettings, *, snapshots_recorded: bool,
+                 commands: MqttCommands | None = None) -> None:
         self.config = config
+        self._commands = commands
         self.topics = Topics(config)
         self._snapshots = config.snapshots and snapshots_recorded
         self._queue: deque[Outgoing] = deque()
@@ -79,6 +84,12 @@ class MqttPublisher:
             self._store = store
             store.add_listener(self._from_writer(self._committed))
             store.add_snapshot_listener(self._from_writer(self._snapshot_committed))
+        if self._commands is not None:
+            self._set_state(self._commands.alerts_state())
+            if self.config.discovery:
+                prefix = self.topics.prefix
+                self._set_state(switch_discovery(self.config, self.topics, "alerts", "Vigil alerts",
+                                                 f"{prefix}/alerts/set", f"{prefix}/alerts/state"))
         self._task = asyncio.create_task(self._run(), name="mqtt:publisher")
 
     async def close(self) -> None:
@@ -125,6 +136,15 @@ class MqttPublisher:
                         self._event_labels.popitem(last=False)
 
     def _scene(self, source: str, counts: dict[str, int]) -> None:
+        if source not in self._counts and self._commands is not None:  # a new source: its detection switch
+            state = self._commands.detect_state(source)
+            if state is not None:
+                if self.config.discovery:
+                    prefix = self.topics.prefix
+                    self._set_state(switch_discovery(self.config, self.topics, f"{source}_detect",
+                                                     f"{source} detection", f"{prefix}/{source}/detect/set",
+                                                     state.topic))
+                self._set_state(state)
         known = self._counts.setdefault(source, {})
         for label in sorted(set(known) | set(counts)):
             count = int(counts.get(label, 0))
@@ -210,6 +230,8 @@ class MqttPublisher:
             MQTT_CONNECTED.set(1)
             log.info("mqtt: connected to %s:%d (%d messages queued)", config.host, config.port, len(self._queue))
             await client.publish(self.topics.availability, b"online", qos=config.qos, retain=True)
+            for topic in self._commands.subscriptions() if self._commands is not None else ():
+                await client.subscribe(topic, qos=config.qos)
             self._dirty = OrderedDict.fromkeys(self._state)  # the broker may have lost its retained messages
             async with asyncio.TaskGroup() as group:
                 # Iterating the messages is what notices a lost connection while nothing is being published.
@@ -219,8 +241,14 @@ class MqttPublisher:
             await client.publish(self.topics.availability, b"offline", qos=config.qos, retain=True)
 
     async def _watch(self, client: aiomqtt.Client) -> None:
-        async for _ in client.messages:
-            pass
+        async for message in client.messages:
+            if self._commands is None or not isinstance(message.payload, bytes | bytearray):
+                continue
+            try:
+                for state in self._commands.handle(str(message.topic), bytes(message.payload)):
+                    self._set_state(state)
+            except Exception:  # a bad command must not end the connection
+                log.exception("mqtt: command on %s failed", message.topic)
 
     async def _send(self, client: aiomqtt.Client) -> None:
         """Until closing: the retained state first (small, and a sensor's config before its value), then the queue in

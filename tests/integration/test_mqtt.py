@@ -22,12 +22,14 @@ from PIL import Image
 from prometheus_client import REGISTRY
 
 from pipelines.timeline.store import TimelineEntry
+from server.engines import Analyzers
 from server.mqtt.publisher import MQTT_PUBLISHER
 from server.state import TIMELINE
 from tests.integration.test_sources import Watcher
 from tests.support.media import sliding_person
 from tests.support.mosquitto import MosquittoServer
 from tests.support.ports import free_port
+from tests.support.zone_entry import ZoneEntryAnalyzerForTest
 
 RIGHT_HALF = {"name": "door", "polygon": [[0.5, 0.0], [1.0, 0.0], [1.0, 1.0], [0.5, 1.0]]}
 
@@ -257,3 +259,126 @@ async def test_the_broker_password_is_used_and_never_shown(vigil, tmp_path: Path
         async with aiohttp.ClientSession() as http, http.get(f"{server.url}/metrics") as response:
             assert secret not in await response.text()
     assert secret not in caplog.text and "not-it" not in caplog.text
+
+
+class ZoneEntryAtOnceAnalyzerForTest(ZoneEntryAnalyzerForTest):
+    def due(self, sampled: Any) -> bool:
+        return True
+
+
+async def _publish(port: int, topic: str, payload: bytes) -> None:
+    async with aiomqtt.Client("127.0.0.1", port) as client:
+        await client.publish(topic, payload, qos=1)
+
+
+async def _source(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    async with http.post(f"{url}/api/sources", json=body) as response:
+        assert response.status == 201, await response.text()
+        return await response.json()
+
+
+async def _get(http: aiohttp.ClientSession, url: str) -> Any:
+    async with http.get(url) as response:
+        assert response.status == 200, await response.text()
+        return await response.json()
+
+
+async def test_detection_is_switched_off_and_on_by_command(vigil, broker: MosquittoServer, tmp_path: Path):
+    server = await vigil(mqtt=_mqtt(broker.port), storage={"data_dir": str(tmp_path / "events")})
+    watcher = MqttWatcher(broker.port, topics=("vigil/+/detect/state",))
+    async with watcher.listening(), aiohttp.ClientSession() as http:
+        await until(lambda: server.app[MQTT_PUBLISHER].connected)
+        source = await _source(http, server.url, {"path": "clip.mp4", "name": "yard", "loop": True})
+        info = f"{server.url}/api/sources/{source['id']}"
+        await until(lambda: server.sources.get(source["id"]).pipeline.counts.video.frames_sampled > 0)
+
+        await _publish(broker.port, "vigil/yard/detect/set", b"OFF")
+        await watcher.wait(lambda seen: any(m.payload == b"OFF" for m in seen))
+        assert watcher.seen[-1].topic == "vigil/yard/detect/state"
+        assert (await _get(http, info))["config"]["video"]["detect"] is False  # as a config patch sets it
+        counts = server.sources.get(source["id"]).pipeline.counts.video
+        sampled = counts.frames_sampled
+        frames_in = counts.frames_in
+        await until(lambda: counts.frames_in > frames_in + 10)  # frames keep coming ...
+        assert counts.frames_sampled == sampled  # ... and none is analysed
+
+        await _publish(broker.port, f"vigil/{source['id']}/detect/set", b"on")  # by id too
+        await watcher.wait(lambda seen: seen[-1].payload == b"ON")
+        await until(lambda: counts.frames_sampled > sampled)
+        await _publish(broker.port, "vigil/nowhere/detect/set", b"OFF")  # no such source: ignored, still connected
+        await _publish(broker.port, "vigil/yard/detect/set", b"maybe")
+        await asyncio.sleep(0.3)
+        assert server.app[MQTT_PUBLISHER].connected and (await _get(http, info))["config"]["video"]["detect"]
+
+    state = MqttWatcher(broker.port, topics=("vigil/yard/detect/state",))
+    async with state.listening():  # retained
+        await state.wait(lambda seen: bool(seen))
+    assert (state.seen[0].payload, state.seen[0].retain) == (b"ON", True)
+
+
+async def test_alerts_are_switched_off_and_on_by_command(vigil, broker: MosquittoServer, tmp_path: Path):
+    door = {"name": "door", "polygon": [[0, 0], [1, 0], [1, 1], [0, 1]], "announce": "Someone at the {zone}"}
+    server = await vigil(Analyzers(video=ZoneEntryAtOnceAnalyzerForTest), mqtt=_mqtt(broker.port),
+                         storage={"data_dir": str(tmp_path / "events")})
+    watcher = MqttWatcher(broker.port, topics=("vigil/alerts/state", "vigil/events"))
+    async with watcher.listening(), aiohttp.ClientSession() as http:
+        await watcher.wait(lambda seen: any(m.topic == "vigil/alerts/state" for m in seen))
+        assert watcher.on("vigil/alerts/state")[-1].payload == b"ON"
+        await _publish(broker.port, "vigil/alerts/set", b"OFF")
+        await watcher.wait(lambda seen: seen[-1].topic == "vigil/alerts/state" and seen[-1].payload == b"OFF")
+
+        body = {"path": "clip.mp4", "realtime": False, "options": {"video": {"zones": [door]}}}
+        quiet = await _source(http, server.url, {**body, "name": "quiet"})
+        await watcher.wait(lambda seen: any(m.topic == "vigil/events" and m.json()["source"] == quiet["id"]
+                                            for m in seen))
+        await _publish(broker.port, "vigil/alerts/set", b"ON")
+        await watcher.wait(lambda seen: seen[-1].topic == "vigil/alerts/state" and seen[-1].payload == b"ON")
+        loud = await _source(http, server.url, {**body, "name": "loud"})
+        await watcher.wait(lambda seen: any(m.topic == "vigil/events" and m.json()["type"] == "alert"
+                                            for m in seen))
+        alerts = (await _get(http, f"{server.url}/api/events?kind=alert"))["events"]
+    assert [a["source"] for a in alerts] == [loud["id"]] and alerts[0]["text"] == "Someone at the door"
+    published = [m.json() for m in watcher.on("vigil/events") if m.json()["type"] == "alert"]
+    assert [(a["source"], a["text"], a["event"], a["zone"]) for a in published] == [
+        (loud["id"], "Someone at the door", "zone.enter", "door")]
+
+
+async def test_say_to_a_session_without_a_voice_is_refused_quietly(vigil, broker: MosquittoServer, tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture):
+    server = await vigil(mqtt=_mqtt(broker.port), storage={"data_dir": str(tmp_path / "events")})
+    async with aiohttp.ClientSession() as http:
+        await until(lambda: server.app[MQTT_PUBLISHER].connected)
+        source = await _source(http, server.url, {"path": "clip.mp4", "name": "yard", "loop": True})
+        await _publish(broker.port, f"vigil/{source['id']}/say", b"Hello there")
+        await _publish(broker.port, "vigil/nobody/say", b"Hello there")
+        await until(lambda: caplog.text.count("/say:") >= 2)
+    assert "the session has no voice to say it with" in caplog.text and "no such session" in caplog.text
+    assert server.app[MQTT_PUBLISHER].connected
+
+
+async def test_say_is_spoken_on_a_voice_session_and_stored_as_an_alert(vigil, model_pool, broker: MosquittoServer,
+                                                                       media: Path, tmp_path: Path):
+    from aiortc.contrib.media import MediaPlayer
+
+    from server.config import load_settings
+    from server.engines import Engines
+    from tests.integration.test_alerts import VOICE, Call, _alert, _heard
+
+    settings = load_settings(None, {"voice": VOICE, "models": {"detector": {"backend": "none"}}})
+    analyzers = Engines(settings, models=model_pool).analyzers
+    server = await vigil(analyzers, voice=VOICE, mqtt=_mqtt(broker.port),
+                         storage={"data_dir": str(tmp_path / "events"), "clips": False})
+    watcher = MqttWatcher(broker.port, topics=("vigil/events",))
+    async with watcher.listening(), Call(server.url, MediaPlayer(str(media / "slide.mp4"), loop=True).video,
+                                         {}) as call:
+        await until(lambda: server.app[MQTT_PUBLISHER].connected and len(server.sessions) == 1)
+        (session_id,) = server.sessions.sessions
+        await _publish(broker.port, f"vigil/{session_id}/say", b"The parcel has arrived at the door.")
+        alert_at, _ = await call.wait_for(_alert)
+        await call.quiet()
+        assert call.recorder is not None
+        assert "parcel" in _heard(call.recorder.audio(since=alert_at - 0.5)).lower()
+        await watcher.wait(lambda seen: any(m.json()["type"] == "alert" for m in seen))
+    said = [m.json() for m in watcher.on("vigil/events") if m.json()["type"] == "alert"]
+    assert [(a["source"], a["event"], a["text"], a["spoken"]) for a in said] == [
+        (session_id, "say", "The parcel has arrived at the door.", True)]
