@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 EVENT_LABELS_MAX = 4096  # recent events whose source and label a later snapshot is published under
 SNAPSHOT_READS_MAX = 8  # snapshot files being read at once; more are dropped (and counted)
 CLOSE_FLUSH_S = 2.0  # on shutdown, how long queued messages may take to reach a connected broker
+SENSOR_ORIGINS = ("rtsp", "file")  # sources whose counts and snapshots are published (and discovered)
+SOURCES_MAX = 256  # sources with counts kept and republished on every connection
 
 MQTT_PUBLISHER: web.AppKey[MqttPublisher] = web.AppKey("mqtt_publisher")
 
@@ -125,12 +127,16 @@ class MqttPublisher:
     def _committed(self, entries: list[TimelineEntry]) -> None:
         for entry in entries:
             if entry.kind == "scene":
-                self._scene(source_of(entry), entry.data.get("counts") or {})
+                # Counts (and their sensors) only for server-side sources: cameras that stay. A WebRTC session's
+                # id is new on every call, and would leave a retained topic and a sensor behind each time.
+                if entry.origin in SENSOR_ORIGINS and (source_of(entry) in self._counts
+                                                       or len(self._counts) < SOURCES_MAX):
+                    self._scene(source_of(entry), entry.data.get("counts") or {})
             elif entry.kind in PUBLISHED_KINDS:
                 payload = event_payload(entry, base_url=self.config.base_url, snapshots=self._snapshots)
                 self._enqueue(Outgoing(self.topics.events, encode(payload)))
                 label = payload.get("label")
-                if entry.kind == "event" and label:
+                if entry.kind == "event" and label and entry.origin in SENSOR_ORIGINS:  # snapshots are retained too
                     self._event_labels[entry.id] = (source_of(entry), str(label))
                     while len(self._event_labels) > EVENT_LABELS_MAX:
                         self._event_labels.popitem(last=False)
