@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -39,10 +39,8 @@ class McpService:
 
     def __init__(self, tools: VigilTools, version: str) -> None:
         self.tools = tools
-        self.server = MCPServer(name="vigil", version=version, instructions=(
-            "Vigil watches cameras and listens to microphones. Ask it what it saw and heard: search_memory, "
-            "list_events (zone entries, line crossings, people by name, plates), list_sources (what each camera "
-            "sees now), get_snapshot_url, list_faces, or ask a question in words."), log_level="WARNING")
+        with _root_logging_left_alone():
+            self.server = self._make_server(version)
         for tool in (tools.search_memory, tools.list_events, tools.list_sources, tools.get_snapshot_url,
                      tools.list_faces, tools.ask):
             self.server.add_tool(tool, structured_output=True)
@@ -56,6 +54,13 @@ class McpService:
         self._stop = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
+
+    @staticmethod
+    def _make_server(version: str) -> MCPServer:
+        return MCPServer(name="vigil", version=version, instructions=(
+            "Vigil watches cameras and listens to microphones. Ask it what it saw and heard: search_memory, "
+            "list_events (zone entries, line crossings, people by name, plates), list_sources (what each camera "
+            "sees now), get_snapshot_url, list_faces, or ask a question in words."), log_level="WARNING")
 
     async def running(self, app: web.Application) -> AsyncIterator[None]:
         """The app's cleanup context: the session manager runs from start-up to cleanup."""
@@ -109,6 +114,19 @@ class McpService:
         if response is None:
             raise ApiError("internal", "the MCP server gave no answer")
         return response
+
+
+@contextlib.contextmanager
+def _root_logging_left_alone() -> Iterator[None]:
+    """``MCPServer`` calls ``logging.basicConfig`` (a handler and a level on the root logger), which is the
+    application's to configure: with a handler present for the moment, that call does nothing."""
+    root = logging.getLogger()
+    placeholder = logging.NullHandler()
+    root.addHandler(placeholder)
+    try:
+        yield
+    finally:
+        root.removeHandler(placeholder)
 
 
 def _scope(request: web.Request) -> dict[str, Any]:
