@@ -7,9 +7,13 @@
 * each beside its detector's own call on the same image (yolo11n-pose for faces, SSD-MobileNetV2 for plates),
   legs alternating A B B A (``--repeats`` calls per leg), so that drift on a shared machine spreads over both.
 
-Then the labelled set of tests/support/face_photos.py: precision and recall of the names given.
+Then the labelled set of tests/support/face_photos.py: precision and recall of the names given; and the same photos
+in cases (as taken, split by each person's view measured from the pose keypoints: frontal, three-quarter,
+profile-ish; tilted 25°; small: shrunk so the largest face is 50 px; dim; covered: a grey bar over the lower face)
+for both face models in one run: the default (CenterFace + dlib's ResNet) and HOG (``backend: dlib``), with the
+faces each found, precision and recall of names, the cost per face and the similarities that place the threshold.
 
-Run (about a minute on 2 CPU cores; the photos come from scripts/setup.sh)::
+Run (about two minutes on 2 CPU cores; the photos come from scripts/setup.sh)::
 
     cd /work/main && .venv/bin/python -m bench.faces
 """
@@ -21,6 +25,7 @@ import os
 os.environ.setdefault("YOLO_OFFLINE", "1")
 
 import argparse
+import itertools
 import statistics
 import tempfile
 import time
@@ -31,12 +36,24 @@ import cv2
 import numpy as np
 
 from models.detectors import load_detector
+from models.faces.centerface import CenterFaceConfig, CenterFaceFaces
 from models.faces.dlib import DlibFaces, DlibFacesConfig
 from models.plates.rapidocr import RapidOcr, RapidOcrConfig
-from pipelines.video.faces import FaceGallery, FaceRecognitionConfig, FaceRecognizer
+from pipelines.video.faces import FACE_PX, FaceGallery, FaceRecognitionConfig, FaceRecognizer, face_region
 from pipelines.video.plates import PlateReader, PlateReadingConfig
 from server.config import load_settings
-from tests.support.face_photos import ENROLLED, evaluate, photo_bytes, photo_rgb, precision_recall
+from tests.support.face_photos import (
+    BARACK,
+    CHANGES,
+    ENROLLED,
+    case_probes,
+    evaluate,
+    evaluate_cases,
+    photo_bytes,
+    photo_rgb,
+    precision_recall,
+    probe_rgb,
+)
 from tests.support.media import real_image
 
 
@@ -73,9 +90,11 @@ def main() -> None:
     ssd = load_detector(load_settings(None, {"models": {"detector": {"backend": "opencv-ssd"}}}).models.detector)
     with tempfile.TemporaryDirectory() as tmp:
         faces = FaceRecognitionConfig(enabled=True)
-        recognizer = FaceRecognizer(DlibFaces(DlibFacesConfig()), FaceGallery(Path(tmp)), faces)
+        recognizer = FaceRecognizer(CenterFaceFaces(CenterFaceConfig()), FaceGallery(Path(tmp) / "default"), faces)
+        hog = FaceRecognizer(DlibFaces(DlibFacesConfig()), FaceGallery(Path(tmp) / "hog"), faces)
         for name, photo in ENROLLED.items():
             recognizer.enrol(name, [photo_bytes(photo)])
+            hog.enrol(name, [photo_bytes(photo)])
         rows = [("stage", "image", "ms median", "detector ms", "ratio")]
         for photo in ("obama2.jpg", "obama3.jpg"):
             rgb = photo_rgb(photo)
@@ -107,8 +126,97 @@ def main() -> None:
               f"{recall:.2f} (tp {tp}, fp {fp}, fn {fn})")
         for photo, index, truth, got in labelled:
             print(f"  {photo:<12} person {index}: truth {truth or '-':<7} got {got or '-'}")
+        _cases(pose, faces, Path(tmp))
         reader.executor.shutdown()
         recognizer.executor.shutdown()
+        hog.executor.shutdown()
+
+
+def _cases(pose: object, faces: FaceRecognitionConfig, tmp: Path) -> None:
+    """Barack enrolled from each of his three photos in turn (Joe from his one), probed with the other two; the
+    strangers once. Both face models in the same run, on the same people."""
+    models = {"centerface": CenterFaceFaces(CenterFaceConfig()), "hog": DlibFaces(DlibFacesConfig())}
+    rows = []
+    for turn, enrolled_from in enumerate(BARACK):
+        recognizers = {}
+        for name, model in models.items():
+            recognizers[name] = FaceRecognizer(model, FaceGallery(tmp / f"{name}-{turn}"), faces)
+            recognizers[name].enrol("Barack", [photo_bytes(enrolled_from)])
+            recognizers[name].enrol("Joe", [photo_bytes(ENROLLED["Joe"])])
+        rows += evaluate_cases(pose, recognizers, case_probes(enrolled_from, strangers_too=turn == 0))
+        for recognizer in recognizers.values():
+            recognizer.executor.shutdown()
+    threshold = faces.threshold
+    frame = np.ascontiguousarray(photo_rgb("obama2.jpg")[..., ::-1])
+    pose_ms = statistics.median(_timed(lambda: pose.detect([frame]), 5))  # type: ignore[attr-defined]
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    people = [f"{r['photo']}#{r['index']}" for r in rows if r["case"] in ("frontal", "three-quarter", "profile-ish")]
+    print(f"\ncases: {len(people)} people looked at in {len({r['photo'] for r in rows})} photos (Barack enrolled "
+          f"from each of his 3 photos in turn and probed with the 2 others, Joe from biden.jpg; the rest strangers); "
+          f"each case changes the same photos; found = a face found and embedded; ms = the median whole look per "
+          f"face found (crop, detector, landmarks, embedding, match), beside yolo11n-pose's call on obama2.jpg: "
+          f"{pose_ms:.1f} ms")
+    header = f"{'case':<14} {'people':>6} {'named?':>6}"
+    for name in models:
+        header += f" | {name + ' found':>16} {'prec':>5} {'recall':>6} {'ms/face':>7}"
+    print(header)
+    for case in cases:
+        chosen = [r for r in rows if r["case"] == case]
+        line = f"{case:<14} {len(chosen):>6} {sum(1 for r in chosen if r['truth']):>6}"
+        for name in models:
+            precision, recall, *_ = precision_recall([(r["photo"], r["index"], r["truth"], r[name][0])
+                                                      for r in chosen])
+            found = [r[name] for r in chosen if r[name][1]]
+            ms = statistics.median(f[2] for f in found) if found else float("nan")
+            line += f" | {len(found):>10}/{len(chosen):<5} {precision:>5.2f} {recall:>6.2f} {ms:>7.1f}"
+        print(line)
+    crop = _face_crop(pose, photo_rgb("obama2.jpg"))
+    for name, model in models.items():
+        find_ms = statistics.median(_timed(lambda model=model: model.find(crop), 10))
+        face = max(model.find(crop), key=lambda f: f.width)
+        embed_ms = statistics.median(_timed(lambda model=model, face=face: model.embed(crop, face), 5))
+        print(f"{name}: finding the face in a {crop.shape[1]}x{crop.shape[0]} crop {find_ms:.1f} ms, aligning and "
+              f"embedding it {embed_ms:.1f} ms")
+    _centerface_scores(pose)
+    for name in models:
+        same = [r[name][3] for r in rows if r["truth"] and r[name][1]]
+        other = [r[name][3] for r in rows if not r["truth"] and r[name][1]]
+        print(f"{name}: similarity of the enrolled man's faces {min(same, default=float('nan')):.3f}-"
+              f"{max(same, default=float('nan')):.3f} (n {len(same)}), strangers' best "
+              f"{max(other, default=float('nan')):.3f} (n {len(other)}); threshold {threshold}")
+        missed = [f"{r['case']}:{r['photo']}#{r['index']}" for r in rows if r["truth"] and r[name][0] != r["truth"]]
+        print(f"  {name} missed: {', '.join(missed) or 'none'}")
+
+
+def _centerface_scores(pose: object) -> None:
+    """What places CenterFace's min_score: every detection from 0.1 on the whole probe photos (all cases), a face
+    when a person's nose keypoint lies inside its box, else not."""
+    model = CenterFaceFaces(CenterFaceConfig(min_score=0.1))
+    faces, others = [], []
+    for photo in (*BARACK, *case_probes("", strangers_too=True)):
+        original = probe_rgb(photo)
+        for rgb in (original, *(change(original, []) for case, change in CHANGES.items() if case in ("tilted", "dim"))):
+            noses = [(d.keypoints[0][0] * rgb.shape[1], d.keypoints[0][1] * rgb.shape[0])
+                     for d in pose.detect([np.ascontiguousarray(rgb[..., ::-1])])[0]  # type: ignore[attr-defined]
+                     if d.keypoints and d.keypoints[0][2] >= 0.5]
+            for box in model.find(rgb):
+                on_nose = any(box.left <= x <= box.right and box.top <= y <= box.bottom for x, y in noses)
+                (faces if on_nose else others).append(box.score)
+    bins = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.01)
+    counts = " ".join(f"{low:.1f}-{min(high, 1):.1f}: {sum(low <= v < high for v in faces)}/"
+                      f"{sum(low <= v < high for v in others)}" for low, high in itertools.pairwise(bins))
+    print(f"centerface scores (faces on a nose / other detections), whole probe photos as taken, tilted, dim: {counts}")
+
+
+def _face_crop(pose: object, rgb: np.ndarray) -> np.ndarray:
+    """The crop a look gives the face model: the largest person's face region, scaled so the face is FACE_PX."""
+    person = max((d for d in pose.detect([np.ascontiguousarray(rgb[..., ::-1])])[0]  # type: ignore[attr-defined]
+                  if d.label == "person"), key=lambda d: (d.box[2] - d.box[0]) * (d.box[3] - d.box[1]))
+    region = face_region(person.box, person.keypoints, rgb.shape[1], rgb.shape[0], 40)
+    assert region is not None
+    (x1, y1, x2, y2), face_px = region
+    scale = FACE_PX / face_px
+    return cv2.resize(np.ascontiguousarray(rgb[y1:y2, x1:x2]), None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
 
 
 if __name__ == "__main__":

@@ -163,6 +163,8 @@ class ObjectsConfigPatch(_Strict):
 
 
 class VideoSessionConfig(_Strict):
+    detect: bool = Field(True, description="Run detection; off, frames are counted but not analysed (no objects, "
+                         "events or clips) until it is turned on again.")
     target_fps: float = Field(5.0, gt=0, le=120, description="Frames analysed per second (at most).")
     zones: list[ZoneConfig] = Field(default_factory=list, max_length=32)
     lines: list[LineConfig] = Field(default_factory=list, max_length=32)
@@ -188,6 +190,7 @@ class SessionConfig(_Strict):
 
 
 class VideoSessionConfigPatch(_Strict):
+    detect: bool | None = None
     target_fps: float | None = Field(None, gt=0, le=120)
     zones: list[ZoneConfig] | None = Field(None, max_length=32)
     lines: list[LineConfig] | None = Field(None, max_length=32)

@@ -252,7 +252,7 @@ class SessionPipeline:
         self._metrics.frames_in.inc()
         if self.timeline is not None:
             self.timeline.on_video_frame(frame, pts)
-        if not self._sampler.due(pts):
+        if not self.config.video.detect or not self._sampler.due(pts):
             return
         self.counts.video.frames_sampled += 1
         self._metrics.frames_sampled.inc()

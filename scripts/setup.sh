@@ -15,6 +15,7 @@ APT_PACKAGES=(
   espeak-ng  # second TTS backend
   chromium  # dashboard tests (Playwright drives /usr/bin/chromium)
   redis-server  # shared rate limit / cache tests
+  mosquitto  # MQTT broker for the MQTT publisher tests (/usr/sbin/mosquitto, started by the tests)
 )
 PYTHON=${PYTHON:-python3}  # the interpreter the venv is built from (pyenv 3.11 on our machines)
 VENV=.venv

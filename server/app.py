@@ -25,11 +25,13 @@ from server.http.openapi import build_openapi
 from server.http.probes import Health, Liveness, Readiness, healthz, livez, mount_probes, readyz
 from server.http.route import Route
 from server.http.serve import serve_forever
+from server.mcp_api.service import MCP_SERVICE, mcp_routes, mount_mcp
 from server.media.ice import restrict_host_addresses
 from server.media.routes import MEDIA_ROUTES
 from server.media.sessions import SESSIONS
 from server.media.sources import SOURCES
 from server.metrics import watch_event_loop
+from server.mqtt.publisher import MQTT_PUBLISHER, mount_mqtt
 from server.records.events import EVENT_ROUTES
 from server.records.faces import FACE_ROUTES
 from server.records.memory import MEMORY_ROUTES
@@ -76,11 +78,12 @@ def route_table(settings: Settings) -> tuple[Route, ...]:
     """Every route the app serves, as configured, gathered from the packages that own them; it feeds both the
     router and ``/openapi.json``: live media's (in cluster mode with the cluster's answers for the whole cluster,
     and ``/api/cluster/*``), the probes, metrics and this document, the events timeline, faces, memory, and the
-    enabled ``/v1`` endpoints."""
+    enabled ``/v1`` endpoints and ``/mcp``."""
     media = MEDIA_ROUTES
     if settings.cluster.redis_url is not None:
         media = (*in_cluster_mode(media), *CLUSTER_ROUTES)
-    return (*media, *HTTP_ROUTES, *EVENT_ROUTES, *FACE_ROUTES, *MEMORY_ROUTES, *v1_routes(settings))
+    return (*media, *HTTP_ROUTES, *EVENT_ROUTES, *FACE_ROUTES, *MEMORY_ROUTES, *v1_routes(settings),
+            *mcp_routes(settings.mcp.enabled))
 
 
 def create_app(settings: Settings, analyzers: Analyzers | None = None,
@@ -104,6 +107,8 @@ def create_app(settings: Settings, analyzers: Analyzers | None = None,
         app.on_cleanup.append(_close_redis)
     mount_v1_ingress(app, services.ingress)  # every /v1/ route: API keys or token, rate limit, size limits
     app.on_cleanup.append(_timeline_closer(services))  # the timeline store and its clip writers, closed on cleanup
+    mount_mcp(app, services.mcp)  # the MCP SDK's session manager, running from start-up to cleanup
+    mount_mqtt(app, services.mqtt)  # closed after the timeline, whose last committed entries it still sends
     mount_chat(app, settings, services.chat, services.disconnects)  # the chat service (shared with gRPC)
     app.router.add_get("/", _index)
     if settings.server.web_root.is_dir():
@@ -155,6 +160,10 @@ def _hold(app: web.Application, services: Services) -> None:
         app[CLUSTER] = services.cluster
     if services.grpc is not None:
         app[GRPC_SERVER] = services.grpc
+    if services.mqtt is not None:
+        app[MQTT_PUBLISHER] = services.mqtt
+    if services.mcp is not None:
+        app[MCP_SERVICE] = services.mcp
 
 
 def _timeline_closer(services: Services) -> Callable[[web.Application], Awaitable[None]]:

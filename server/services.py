@@ -22,15 +22,21 @@ from pipelines.memory.index import MemoryIndex, VectorIndex
 from pipelines.memory.lance_vectors import LanceVectors
 from pipelines.memory.recall import MemoryRecall
 from pipelines.memory.vectors import MilvusVectors
+from pipelines.timeline.alerts import AlertSwitch
 from pipelines.timeline.recorder import AppearRule, RecorderSettings, TimelineRecorder
 from pipelines.timeline.store import TimelineStore
 from pipelines.voice.recall import ContextProvider
+from server import __version__
 from server.cluster.node import ClusterNode
 from server.config import Settings
 from server.engines import Analyzers, Engines, ModelPool, VoiceLoops
 from server.grpc_api.service import GrpcServer, build_grpc
+from server.mcp_api.service import McpService
+from server.mcp_api.tools import VigilTools
 from server.media.sessions import SessionRegistry, TimelineFactory
 from server.media.sources import SourceManager
+from server.mqtt.commands import MqttCommands
+from server.mqtt.publisher import MqttPublisher
 from server.records.memory import chat_documents
 from server.state import MEMORY_CATCH_UP
 from server.v1.audio import build_audio
@@ -59,6 +65,8 @@ class Services:
     audio: AudioServices | None  # transcription or speech enabled
     cluster: ClusterNode | None  # cluster.redis_url
     grpc: GrpcServer | None  # grpc.enabled
+    mqtt: MqttPublisher | None  # mqtt.enabled
+    mcp: McpService | None  # mcp.enabled
 
 
 def build_services(settings: Settings, analyzers: Analyzers | None = None,
@@ -79,7 +87,29 @@ def build_services(settings: Settings, analyzers: Analyzers | None = None,
         memory=memory, sessions=sessions, sources=sources, chat=chat,
         disconnects=DisconnectWatcher(settings.api.disconnect_poll_s), ingress=V1Ingress(settings, redis),
         audio=build_audio(settings, engines), cluster=cluster, grpc=build_grpc(settings, engines, chat),
+        mqtt=build_mqtt(settings, sources, sessions, timeline.alerts),
+        mcp=build_mcp(settings, engines, timeline, memory, sources),
     )
+
+
+def build_mqtt(settings: Settings, sources: SourceManager, sessions: SessionRegistry,
+               alerts: AlertSwitch) -> MqttPublisher | None:
+    """The MQTT publisher and the commands it takes (``mqtt.enabled``); the composition root starts it with the
+    stored timeline."""
+    if not settings.mqtt.enabled:
+        return None
+    storage = settings.storage
+    commands = MqttCommands(settings.mqtt, sources, sessions, alerts)
+    return MqttPublisher(settings.mqtt, snapshots_recorded=storage.enabled and storage.clips, commands=commands)
+
+
+def build_mcp(settings: Settings, engines: Engines, timeline: Timeline, memory: MemoryIndex | None,
+              sources: SourceManager) -> McpService | None:
+    """The MCP server (``mcp.enabled``): its tools read the stored timeline, memory, sources and faces."""
+    if not settings.mcp.enabled:
+        return None
+    tools = VigilTools(settings, engines, timeline.store if timeline.stored else None, memory, sources)
+    return McpService(tools, __version__)
 
 
 def with_voice_recall(analyzers: Analyzers, recall: ContextProvider | None) -> Analyzers:
@@ -104,7 +134,8 @@ def open_timeline(settings: Settings) -> TimelineStore:
     return store
 
 
-def recorder_factory(settings: Settings, store: TimelineStore, executor: ThreadPoolExecutor) -> TimelineFactory:
+def recorder_factory(settings: Settings, store: TimelineStore, executor: ThreadPoolExecutor,
+                     alerts: AlertSwitch | None = None) -> TimelineFactory:
     config = settings.storage
     recorder_settings = RecorderSettings(
         clips=config.clips and config.enabled, pre_s=config.pre_s, post_s=config.post_s, max_s=config.max_s,
@@ -114,7 +145,7 @@ def recorder_factory(settings: Settings, store: TimelineStore, executor: ThreadP
 
     def make(origin: str, name: str | None) -> TimelineRecorder:
         mode = "packets" if origin in ("rtsp", "file") else "frames"
-        return TimelineRecorder(store, recorder_settings, executor, mode=mode, source_name=name)
+        return TimelineRecorder(store, recorder_settings, executor, mode=mode, source_name=name, alerts=alerts)
 
     return make
 
@@ -128,6 +159,7 @@ class Timeline:
     stored: bool
     recorders: TimelineFactory
     executor: ThreadPoolExecutor
+    alerts: AlertSwitch  # alerts on or off for every session (MQTT's alerts/set)
 
     async def close(self) -> None:
         # After sessions and sources closed (on_shutdown): their last clips are written by now.
@@ -141,7 +173,9 @@ def build_timeline(settings: Settings) -> Timeline:
         store = open_timeline(settings)
     else:  # never opened: nothing is stored, but recorders still raise 'object appeared' events and alerts
         store = TimelineStore(settings.storage.data_dir, max_age_s=0, quota_bytes=0)
-    return Timeline(store, settings.storage.enabled, recorder_factory(settings, store, executor), executor)
+    alerts = AlertSwitch()
+    return Timeline(store, settings.storage.enabled, recorder_factory(settings, store, executor, alerts), executor,
+                    alerts)
 
 
 # ---------------------------------------------------------------- memory

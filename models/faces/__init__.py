@@ -1,7 +1,8 @@
 """Face models: the protocol (faces found in an RGB image, one embedding per face; blocking, so callers run it on
-a worker thread) and the registry of backends, one module each (``dlib``). Heavy imports (dlib) stay inside the
-builders, so loading the config stays cheap. Whoever builds a model owns it (the app's engines, through its
-``ModelPool``): there is no process-wide cache here."""
+a worker thread) and the registry of backends, one module each: ``centerface`` (the default: CenterFace finds
+faces turned, tilted and small, dlib's ResNet embeds them) and ``dlib`` (dlib's HOG frontal detector). Heavy
+imports (dlib, ONNX Runtime) stay inside the builders, so loading the config stays cheap. Whoever builds a model
+owns it (the app's engines, through its ``ModelPool``): there is no process-wide cache here."""
 
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ class FaceBox:
     top: int
     right: int
     bottom: int
-    score: float  # the detector's confidence (HOG: the SVM margin, > 0 for a face)
+    score: float  # the detector's confidence (HOG: the SVM margin, > 0 for a face; CenterFace: 0-1)
+    # The detector's own 5 points (x, y): eyes (the person's right, then left), nose tip, mouth corners (right,
+    # left); None from a detector without landmarks (HOG: the embedding finds its own).
+    landmarks: tuple[tuple[float, float], ...] | None = None
 
     @property
     def width(self) -> int:
@@ -33,8 +37,8 @@ class FaceModel(Protocol):
     name: str
 
     def find(self, image: np.ndarray, upsample: int = 0) -> list[FaceBox]:
-        """Frontal faces in an RGB uint8 HxWx3 image; ``upsample`` doubles the image that many times first
-        (smaller faces are found, at four times the cost each time)."""
+        """Faces in an RGB uint8 HxWx3 image (the backend's detector decides which views it finds); ``upsample``
+        doubles the image that many times first (smaller faces are found, at four times the cost each time)."""
         ...
 
     def embed(self, image: np.ndarray, face: FaceBox) -> np.ndarray:
@@ -42,6 +46,6 @@ class FaceModel(Protocol):
         ...
 
 
-FACE_MODELS: Registry[FaceModel] = Registry("faces", default="dlib")
+FACE_MODELS: Registry[FaceModel] = Registry("faces", default="centerface")
 
 FACE_MODELS.discover(sys.modules[__name__])  # each module registers itself on import

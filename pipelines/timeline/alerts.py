@@ -35,6 +35,14 @@ def spoken_names(data: dict[str, Any]) -> dict[str, str]:
     return {"identity": identity.get("name") or "someone", "plate": plate.get("name") or plate.get("text") or ""}
 
 
+class AlertSwitch:
+    """Whether alerts are on, for every session at once (MQTT's ``<prefix>/alerts/set``): one object shared by all
+    announcers; off, a matching event raises no alert (nothing spoken, nothing stored)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+
+
 class _Blank(dict[str, str]):
     def __missing__(self, key: str) -> str:
         return ""
@@ -44,14 +52,18 @@ class AlertAnnouncer:
     """One per session. ``voice`` is the session's audio analyser (alerts are spoken only if it has
     ``announce`` and ``idle``); ``record`` stores a spoken alert (text, data) in the timeline."""
 
-    def __init__(self, pipeline: Any, record: Callable[[str, dict[str, Any]], None]) -> None:
+    def __init__(self, pipeline: Any, record: Callable[[str, dict[str, Any]], None],
+                 switch: AlertSwitch | None = None) -> None:
         self._pipeline = pipeline
         self._record = record
+        self._switch = switch
         self._last: dict[tuple[str, str], float] = {}
         self._queue: deque[tuple[str, dict[str, Any]]] = deque(maxlen=MAX_QUEUED)
         self._task: asyncio.Task[None] | None = None
 
     def on_event(self, name: str, data: dict[str, Any], source: str) -> None:
+        if self._switch is not None and not self._switch.enabled:
+            return
         rule = self._rule(name, data)
         if rule is None or rule.announce is None:
             return
@@ -64,6 +76,23 @@ class AlertAnnouncer:
         if not text:
             return
         self._queue.append((text, {"event": name, key[0]: rule.name, **data}))
+        self._start_speaking()
+
+    @property
+    def speaks(self) -> bool:
+        voice = self._pipeline.audio_analyzer
+        return callable(getattr(voice, "announce", None)) and "audio" in self._pipeline.tracks
+
+    def say(self, text: str) -> bool:
+        """Say ``text`` as an alert at the next quiet moment (MQTT's ``<prefix>/<session>/say``); False when the
+        session has no voice to say it with."""
+        if not self.speaks or not text.strip():
+            return False
+        self._queue.append((text.strip(), {"event": "say"}))
+        self._start_speaking()
+        return True
+
+    def _start_speaking(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._speak_when_idle(), name=f"{self._pipeline.session_id}:alerts")
 
@@ -77,7 +106,7 @@ class AlertAnnouncer:
 
     async def _speak_when_idle(self) -> None:
         voice = self._pipeline.audio_analyzer
-        speaks = callable(getattr(voice, "announce", None)) and "audio" in self._pipeline.tracks
+        speaks = self.speaks
         while self._queue:
             if speaks:
                 # The user is speaking or being answered: wait for the turn to end. Polled, because the voice

@@ -25,7 +25,7 @@ import av
 from pipelines.ports import AnalysedFrame, SessionView
 from pipelines.protocol import Clip, Event, Reply, ServerMessage, Transcript
 from pipelines.scene import trusted
-from pipelines.timeline.alerts import AlertAnnouncer
+from pipelines.timeline.alerts import AlertAnnouncer, AlertSwitch
 from pipelines.timeline.media import (
     FrameRing,
     PacketRing,
@@ -79,7 +79,8 @@ class TimelineRecorder:
     """``mode``: ``packets`` (RTSP/file: remux), ``frames`` (WebRTC: encode) or ``none`` (entries only)."""
 
     def __init__(self, store: TimelineStore, settings: RecorderSettings, executor: Executor, *,
-                 mode: Literal["packets", "frames", "none"], source_name: str | None = None) -> None:
+                 mode: Literal["packets", "frames", "none"], source_name: str | None = None,
+                 alerts: AlertSwitch | None = None) -> None:
         self.store = store
         self.settings = settings
         self.mode = mode if settings.clips else "none"
@@ -100,6 +101,7 @@ class TimelineRecorder:
         self._next_scene_pts: float | None = None
         self._replies: dict[int, _Turn] = {}
         self._alerts: AlertAnnouncer | None = None
+        self._alert_switch = alerts
         self._closed = False
 
     # ------------------------------------------------------------------ wiring
@@ -107,7 +109,7 @@ class TimelineRecorder:
     def attach(self, pipeline: SessionView) -> None:
         self._pipeline = pipeline
         self._loop = asyncio.get_running_loop()
-        self._alerts = AlertAnnouncer(pipeline, self.record_alert)
+        self._alerts = AlertAnnouncer(pipeline, self.record_alert, self._alert_switch)
 
     def _entry(self, kind: Any, name: str, pts: float | None, **fields: Any) -> TimelineEntry:
         return TimelineEntry(kind=kind, name=name, source=self._pipeline.session_id, origin=self._pipeline.origin,
@@ -154,9 +156,14 @@ class TimelineRecorder:
         if not events:
             return []
         stream_s = self._clip_time(frame, pts)
+        boxes = {obj["track_id"]: obj["box"] for obj in objects if obj.get("track_id")}
         out: list[tuple[str, dict[str, Any], str]] = []
         for name, data in events:
-            entry = self._entry("event", name, pts, data=data,
+            # The stored entry keeps where its track was on the snapshot's frame (normalised x1, y1, x2, y2), so
+            # that a person can be enrolled from the event (POST /api/faces/{name} {"event_id"}); not on the wire.
+            box = boxes.get(data.get("track_id"))
+            stored = {**data, "box": [round(float(v), 4) for v in box]} if box is not None else data
+            entry = self._entry("event", name, pts, data=stored,
                                 clip_state="pending" if self.mode != "none" else "none")
             self._put(entry)
             out.append((name, data, entry.id))
@@ -218,6 +225,10 @@ class TimelineRecorder:
                 text = "".join(turn.text).strip()
                 if text:
                     self._put(self._entry("reply", "reply", message.pts, text=text, data={"turn": message.turn}))
+
+    def say(self, text: str) -> bool:
+        """Speak ``text`` on the session's voice at the next quiet moment (stored as an alert); False: no voice."""
+        return self._alerts is not None and self._alerts.say(text)
 
     def record_alert(self, text: str, data: dict[str, Any]) -> None:
         self._put(self._entry("alert", "alert", self._pipeline.scene.pts, text=text, data=data))

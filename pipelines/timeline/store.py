@@ -152,6 +152,7 @@ FailureCallback = Callable[[str], None]
 # must not block and must hop to its own loop for anything that is not thread-safe.
 CommitListener = Callable[[list["TimelineEntry"]], None]
 DeleteListener = Callable[[list[str]], None]  # ids of entries deleted (by the API or by retention)
+SnapshotListener = Callable[[list[str], str], None]  # ids of entries and the snapshot (relative path) they now share
 
 
 class _Retention:
@@ -220,6 +221,7 @@ class TimelineStore:
         self._pending = 0
         self._listeners: list[CommitListener] = []
         self._delete_listeners: list[DeleteListener] = []
+        self._snapshot_listeners: list[SnapshotListener] = []
         # Names of people deleted (forget_identity) and not enrolled again since: taken out of entries as they are
         # written (an event of the frame analysed while the person was deleted, still queued here).
         self._forgotten_names: set[str] = set()
@@ -283,6 +285,11 @@ class TimelineStore:
     def add_listener(self, listener: CommitListener) -> None:
         """Hear of every entry committed from now on (a list append is atomic: safe beside the writer thread)."""
         self._listeners.append(listener)
+
+    def add_snapshot_listener(self, listener: SnapshotListener) -> None:
+        """Hear of every snapshot committed from now on (ids still stored, relative path; ``media_path`` finds its
+        file): on the writer thread, so a listener must be quick and never raise."""
+        self._snapshot_listeners.append(listener)
 
     def add_delete_listener(self, listener: DeleteListener) -> None:
         """Hear of entries deleted from now on, after the deletion committed: on the deleting thread (the API's
@@ -387,7 +394,8 @@ class TimelineStore:
             if not item.updated:  # its entries were deleted while the file was written: nothing will serve it
                 for relative in (item.clip, item.snapshot):
                     self._unlink_unused(self._conn, relative)
-            elif item.on_committed is not None:
+                continue
+            if item.on_committed is not None:
                 try:
                     item.on_committed(item.updated)
                 except Exception:
@@ -398,6 +406,16 @@ class TimelineStore:
                 listener(committed)
             except Exception:  # a listener's bug must not stop the writer
                 log.exception("timeline commit listener failed")
+        # After the entries: an event and its snapshot may commit in one batch, and a listener hears of the event
+        # first.
+        snapshots = [(item.updated, item.snapshot) for item, _ in batch
+                     if isinstance(item, _MediaUpdate) and item.updated and item.snapshot]
+        for snapshot_listener in self._snapshot_listeners if snapshots else ():
+            for ids, relative in snapshots:
+                try:
+                    snapshot_listener(ids, relative)
+                except Exception:  # a listener's bug must not stop the writer
+                    log.exception("timeline snapshot listener failed")
 
     def _insert(self, e: TimelineEntry) -> None:
         assert self._conn is not None
@@ -575,6 +593,26 @@ class TimelineStore:
         forgotten.clips = len({e.clip for e in forgotten.entries if e.clip})
         forgotten.snapshots = len({e.snapshot for e in forgotten.entries if e.snapshot})
         return forgotten
+
+    def unname(self, entry_id: str, name: str) -> TimelineEntry | None:
+        """Take ``name`` out of one entry (blocking), as deleting the person does everywhere (its identity goes,
+        its text says "someone"): the event was marked "not this person". Returns the changed entry (None: no such
+        entry, or it does not carry the name)."""
+        if not valid_entry_id(entry_id):
+            return None
+        with self._retention_lock, self._reading() as conn:
+            conn.execute("PRAGMA secure_delete = ON")
+            with _transaction(conn):
+                row = conn.execute("SELECT * FROM entries WHERE id = ?", (entry_id,)).fetchone()
+                if row is None:
+                    return None
+                entry = _row_entry(row)
+                identity, named = anonymise(entry, name)
+                if not identity and not named:
+                    return None
+                conn.execute("UPDATE entries SET data = ?, text = ? WHERE id = ?",
+                             (json.dumps(entry.data, default=str), entry.text, entry.id))
+        return entry
 
     def allow_identity(self, name: str) -> None:
         """``name`` was enrolled again: entries written from now on keep it."""

@@ -5,8 +5,9 @@ while unknown, at most ``max_per_frame`` faces per analysed frame, on the faces 
 
 The face crop comes from the person's pose keypoints (the default detector, yolo11n-pose, gives nose, eyes and
 ears): a person whose nose and both eyes are not all visible is not facing the camera and is not looked at. The
-crop, scaled so the face is about ``FACE_PX`` pixels wide, goes through dlib's HOG frontal-face detector, which
-also refuses profiles and blurred faces; a detector without keypoints (SSD) gives the top of the person's box.
+crop, scaled so the face is about ``FACE_PX`` pixels wide, goes through the face model's detector (CenterFace by
+default, or dlib's HOG), which also refuses profiles and blurred faces; a detector without keypoints (SSD) gives
+the top of the person's box.
 
 A track recognised once keeps its name for as long as it lives (a later, worse view does not undo it); a face
 that matches nobody is ``unknown`` (name null) and is looked at again later; a deleted person's name is taken
@@ -48,11 +49,15 @@ from pipelines.video.looks import TrackLooks
 log = logging.getLogger(__name__)
 
 KEYPOINT_CONF = 0.5  # a pose keypoint counts as visible from this confidence
+# A face turned three-quarters away has its far eye scored lower by the pose model (zidane.jpg's man on the left:
+# 0.46) though it shows: the eyes count from this, so that such faces are looked at (CenterFace finds them).
+EYE_CONF = 0.3
 FACE_PX = 110  # the face's width in the crop given to HOG (its window is 80 px; dlib's chips are 150 px)
 MAX_UPSCALE = 4.0
 MAX_IMAGE_SIDE = 2000  # enrolment photos are shrunk to this first (HOG's cost grows with the pixels)
 MAX_IMAGE_PIXELS = 40_000_000  # the default of video.faces.max_image_pixels
 JPEG_QUALITY = 95  # stored photos, re-encoded without their metadata
+NEGATIVES = "negatives.npy"  # in a person's folder: faces marked "not this person"
 NAME = re.compile(r"^\w[\w .'\-]{0,63}$")
 _NOSE, _LEFT_EYE, _RIGHT_EYE, _LEFT_EAR, _RIGHT_EAR = range(5)
 
@@ -107,11 +112,17 @@ def check_name(name: str) -> str:
 @dataclass
 class Person:
     name: str
-    embeddings: np.ndarray  # (n, d) unit vectors
+    embeddings: np.ndarray  # (n, d) unit vectors, one per image, in the images' order
     images: list[str] = field(default_factory=list)  # file names inside the person's folder
+    # Faces wrongly given this name ("not this person"): a face nearer one of them than any of the person's own
+    # photos is not named.
+    negatives: np.ndarray | None = None
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "faces": len(self.embeddings)}
+
+    def negative_count(self) -> int:
+        return 0 if self.negatives is None else len(self.negatives)
 
 
 class FaceGallery:
@@ -138,7 +149,9 @@ class FaceGallery:
             try:
                 meta = json.loads((folder / "person.json").read_text())
                 embeddings = np.load(folder / "embeddings.npy")
-                self._people[meta["name"]] = Person(meta["name"], embeddings.astype(np.float32), meta["images"])
+                negatives = np.load(folder / NEGATIVES).astype(np.float32) if (folder / NEGATIVES).is_file() else None
+                self._people[meta["name"]] = Person(meta["name"], embeddings.astype(np.float32), meta["images"],
+                                                    negatives)
             except (OSError, ValueError, KeyError) as error:  # a half-written folder: skip it, say which
                 log.warning("faces: %s not loaded: %s", folder.name, type(error).__name__)
                 continue
@@ -147,10 +160,14 @@ class FaceGallery:
         self._reindex()
 
     def _reindex(self) -> None:
-        people = list(self._people.values())
+        people = [p for p in self._people.values() if len(p.embeddings)]
         self._owners = [p.name for p in people for _ in range(len(p.embeddings))]
         self._matrix = np.concatenate([p.embeddings for p in people]) if people else np.zeros((0, 0), np.float32)
         self.version += 1
+
+    def person(self, name: str) -> Person | None:
+        with self._lock:
+            return self._people.get(name)
 
     def people(self) -> list[Person]:
         with self._lock:
@@ -167,19 +184,62 @@ class FaceGallery:
             folder.mkdir(parents=True, exist_ok=True)
             person = self._people.get(name) or Person(name, np.zeros((0, embeddings.shape[1]), np.float32))
             files = list(person.images)
+            number = max((int(f.split(".")[0]) for f in files), default=0)  # never a removed photo's number
             for data, extension in images:
-                file = f"{len(files) + 1:04d}.{extension}"
+                number += 1
+                file = f"{number:04d}.{extension}"
                 _write_atomic(folder / file, data)
                 files.append(file)
             stacked = np.concatenate([person.embeddings, embeddings.astype(np.float32)])
-            with tempfile.NamedTemporaryFile(dir=folder, suffix=".npy", delete=False) as handle:
-                np.save(handle, stacked)
-            os.replace(handle.name, folder / "embeddings.npy")
-            meta = {"name": name, "images": files, "stripped": True}  # stripped: photos stored without metadata
-            _write_atomic(folder / "person.json", json.dumps(meta).encode())
-            self._people[name] = person = Person(name, stacked, files)
-            self._reindex()
-            return person
+            return self._store(folder, Person(name, stacked, files, person.negatives))
+
+    def _store(self, folder: Path, person: Person) -> Person:
+        """Write ``person``'s embeddings, negatives and list of photos (each file replaced whole); lock held."""
+        _write_npy(folder / "embeddings.npy", person.embeddings)
+        if person.negatives is not None:
+            _write_npy(folder / NEGATIVES, person.negatives)
+        meta = {"name": person.name, "images": person.images, "stripped": True}  # stripped: no photo metadata
+        _write_atomic(folder / "person.json", json.dumps(meta).encode())
+        self._people[person.name] = person
+        self._reindex()
+        return person
+
+    def photo_path(self, name: str, photo_id: str) -> Path | None:
+        """The stored file of one of ``name``'s photos (its id: the file name without extension)."""
+        with self._lock:
+            person = self._people.get(name)
+            file = next((f for f in person.images if f.split(".")[0] == photo_id), None) if person else None
+            return self._folder(name) / file if file else None
+
+    def add_negative(self, name: str, embedding: np.ndarray) -> Person | None:
+        """Keep ``embedding`` as a face that is not ``name`` (None: nobody has that name)."""
+        with self._lock:
+            person = self._people.get(name)
+            if person is None:
+                return None
+            negatives = embedding[None, :].astype(np.float32)
+            if person.negatives is not None:
+                negatives = np.concatenate([person.negatives, negatives])
+            return self._store(self._folder(name), Person(name, person.embeddings, person.images, negatives))
+
+    def remove_photo(self, name: str, photo_id: str) -> Person | None:
+        """Delete one photo of ``name`` and its embedding (None: no such person or photo). The last photo is
+        refused: deleting the person (``delete``) is what forgets them."""
+        with self._lock:
+            person = self._people.get(name)
+            files = [f.split(".")[0] for f in person.images] if person is not None else []
+            if person is None or photo_id not in files:
+                return None
+            if len(files) == 1:
+                raise ApiError("conflict", "this is the person's last photo: delete the person instead "
+                               "(DELETE /api/faces/{name}), which also takes their name from the timeline")
+            index = files.index(photo_id)
+            folder = self._folder(name)
+            kept = Person(name, np.delete(person.embeddings, index, axis=0),
+                          [f for i, f in enumerate(person.images) if i != index], person.negatives)
+            self._store(folder, kept)
+            (folder / person.images[index]).unlink(missing_ok=True)
+            return kept
 
     def delete(self, name: str) -> Person | None:
         """Remove every embedding and image of ``name``; returns what was removed (None: nobody has that name)."""
@@ -192,13 +252,24 @@ class FaceGallery:
             return person
 
     def match(self, embedding: np.ndarray) -> tuple[str | None, float]:
-        """The enrolled person most similar to ``embedding`` and the similarity (None, -1 with nobody enrolled)."""
+        """The enrolled person most similar to ``embedding`` and the similarity (None, -1 with nobody enrolled);
+        None with the similarity when the face is nearer one of that person's negatives than to their photos."""
         with self._lock:
             if not self._owners:
                 return None, -1.0
             similarities = self._matrix @ embedding
             best = int(np.argmax(similarities))
-            return self._owners[best], float(similarities[best])
+            name, score = self._owners[best], float(similarities[best])
+            negatives = self._people[name].negatives
+            if negatives is not None and len(negatives) and float(np.max(negatives @ embedding)) >= score:
+                return None, score
+            return name, score
+
+
+def _write_npy(path: Path, array: np.ndarray) -> None:
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npy", delete=False) as handle:
+        np.save(handle, array)
+    os.replace(handle.name, path)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -300,7 +371,8 @@ class FaceRecognizer:
         """The one face of an enrolment photo; a photo with none or several is refused."""
         faces = self.model.find(image, upsample=1 if max(image.shape[:2]) <= 1000 else 0)
         if not faces:
-            raise ApiError("no_face", f"{what}: no face found (a frontal face, at least ~40 px wide, is needed)")
+            raise ApiError("no_face", f"{what}: no face found (a face showing both eyes, at least ~40 px wide, "
+                           "is needed)")
         if len(faces) > 1:
             raise ApiError("several_faces", f"{what}: {len(faces)} faces found; enrol from a photo of one person")
         return faces[0]
@@ -324,6 +396,55 @@ class FaceRecognizer:
         person = self.gallery.add(name, np.stack(embeddings), kept)
         log.info("faces: %d face(s) enrolled (%d people enrolled)", len(kept), len(self.gallery.names()))
         return person
+
+    def enrol_from_snapshot(self, name: str, snapshot: bytes, box: Sequence[float]) -> Person:
+        """Enrol ``name`` from what a camera saw: the face of the person in ``box`` (normalised) of an event's
+        snapshot; the photo stored is that face with a margin (not the whole scene). The box is cut 3 px inside,
+        as the snapshot has the box drawn on it."""
+        import cv2
+
+        check_name(name)
+        person, face = self.snapshot_face(snapshot, box)
+        embedding = self.model.embed(person, face)
+        margin = face.width // 2
+        crop = person[max(0, face.top - margin):face.bottom + margin, max(0, face.left - margin):face.right + margin]
+        stored = encode_photo(cv2.cvtColor(np.ascontiguousarray(crop), cv2.COLOR_RGB2BGR), "jpg")
+        enrolled = self.gallery.add(name, embedding[None, :], [(stored, "jpg")])
+        log.info("faces: a face enrolled from an event (%d people enrolled)", len(self.gallery.names()))
+        return enrolled
+
+    def snapshot_face(self, snapshot: bytes, box: Sequence[float]) -> tuple[np.ndarray, FaceBox]:
+        """The person's crop (RGB) in ``box`` (normalised) of an event's snapshot and the face found on it."""
+        image, _ = decode_image(snapshot, self.settings.max_image_pixels, "the event's snapshot")
+        height, width = image.shape[:2]
+        x1, y1 = max(0, int(box[0] * width) + 3), max(0, int(box[1] * height) + 3)
+        x2, y2 = min(width, int(box[2] * width) - 3), min(height, int(box[3] * height) - 3)
+        person = np.ascontiguousarray(image[y1:y2, x1:x2])
+        if person.shape[0] < self.settings.min_face_px or person.shape[1] < self.settings.min_face_px:
+            raise ApiError("no_face", f"the event's person is {x2 - x1}x{y2 - y1} px: too small for a face")
+        # A camera's face is small: look at the person twice as large when the crop is (as enrolment does).
+        upsample = 1 if max(person.shape[:2]) <= 1000 else 0
+        faces = [f for f in self.model.find(person, upsample=upsample)
+                 if (f.top + f.bottom) / 2 < 0.6 * person.shape[0]]  # a face low in a box is someone else's
+        if not faces:
+            raise ApiError("no_face", "no face found on the event's person (turned away, covered or too small)")
+        face = max(faces, key=lambda f: f.width)
+        if face.width < self.settings.min_face_px:
+            raise ApiError("no_face", f"the face on the event's snapshot is {face.width} px wide; at least "
+                           f"{self.settings.min_face_px} (video.faces.min_face_px) are needed")
+        return person, face
+
+    def not_this_person(self, name: str, snapshot: bytes, box: Sequence[float]) -> Person:
+        """The face on an event's snapshot was wrongly named ``name``: keep its embedding as their negative."""
+        person = self.gallery.person(name)
+        if person is None:
+            raise ApiError("not_found", "nobody is enrolled under the name the event carries")
+        crop, face = self.snapshot_face(snapshot, box)
+        marked = self.gallery.add_negative(name, self.model.embed(crop, face))
+        if marked is None:  # deleted meanwhile
+            raise ApiError("not_found", "nobody is enrolled under the name the event carries")
+        log.info("faces: a face marked as not an enrolled person")
+        return marked
 
     def identify(self, image: np.ndarray, box: tuple[float, float, float, float],
                  keypoints: list[tuple[float, float, float]] | None) -> Identity | None:
@@ -360,7 +481,7 @@ def face_region(box: tuple[float, float, float, float], keypoints: list[tuple[fl
     bx1, by1, bx2 = box[0] * width, box[1] * height, box[2] * width
     if keypoints is not None and len(keypoints) >= 5:
         points = [(x * width, y * height, c) for x, y, c in keypoints[:5]]
-        if min(points[i][2] for i in (_NOSE, _LEFT_EYE, _RIGHT_EYE)) < KEYPOINT_CONF:
+        if points[_NOSE][2] < KEYPOINT_CONF or min(points[i][2] for i in (_LEFT_EYE, _RIGHT_EYE)) < EYE_CONF:
             return None
         eyes = np.hypot(points[_LEFT_EYE][0] - points[_RIGHT_EYE][0], points[_LEFT_EYE][1] - points[_RIGHT_EYE][1])
         ears = [points[i] for i in (_LEFT_EAR, _RIGHT_EAR) if points[i][2] >= KEYPOINT_CONF]

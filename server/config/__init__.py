@@ -26,6 +26,7 @@ from server.config.auth import AuthSettings
 from server.config.base import REPO_ROOT, Section
 from server.config.cluster import ClusterSettings
 from server.config.grpc import GrpcSettings
+from server.config.mcp import McpSettings
 from server.config.memory import MemorySettings
 from server.config.models import (
     DetectorModel,
@@ -36,6 +37,7 @@ from server.config.models import (
     SttModel,
     TtsModel,
 )
+from server.config.mqtt import MqttSettings
 from server.config.redis import RedisSettings
 from server.config.server import ServerSettings
 from server.config.sessions import SessionLimits
@@ -62,8 +64,10 @@ __all__ = [
     "LlmModel",
     "LlmRouting",
     "LlmUpstream",
+    "McpSettings",
     "MemorySettings",
     "ModelsSettings",
+    "MqttSettings",
     "RateLimit",
     "RedisSettings",
     "Section",
@@ -106,6 +110,8 @@ class Settings(BaseSettings):
     storage: StorageSettings = StorageSettings()
     cluster: ClusterSettings = ClusterSettings()
     memory: MemorySettings = MemorySettings()
+    mqtt: MqttSettings = MqttSettings()
+    mcp: McpSettings = McpSettings()
 
     @field_validator("sources")
     @classmethod

@@ -12,12 +12,15 @@ from pipelines.video.faces import FaceRecognitionConfig
 from pipelines.video.plates import PlateReadingConfig
 from server.config.base import Section
 
-FaceModel = FACE_MODELS.config_type()  # default dlib, as server.config.models names its kinds' unions
+FaceModel = FACE_MODELS.config_type()  # default centerface, as server.config.models names its kinds' unions
 TextReaderModel = TEXT_READERS.config_type()  # default rapidocr
 
 
 class FacesSection(FaceRecognitionConfig, Section):
-    model: FaceModel = Field(default_factory=FACE_MODELS.default_config, description="The face model (backend: dlib).")
+    model: FaceModel = Field(default_factory=FACE_MODELS.default_config, description=(
+        "The face model. backend: centerface (default: CenterFace finds turned, tilted and small faces, aligned "
+        "by its landmarks for dlib's ResNet) or dlib (dlib's HOG frontal detector: frontal faces of ~80 px and "
+        "more); both embed with dlib's ResNet, so a gallery enrolled with one is recognised with the other."))
 
 
 class PlatesSection(PlateReadingConfig, Section):

@@ -43,8 +43,10 @@ def build_openapi(routes: Iterable[Any]) -> dict[str, Any]:
         if form_fields:
             fields = {f: {"type": "string", "format": "binary"} if f == "file" else {"type": "string"}
                       for f in form_fields}
-            operation["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": {
-                "type": "object", "properties": fields, "required": [f for f in ("file", "model") if f in fields]}}}}
+            # Beside a JSON body when the route takes either (a face enrolled from photos or from an event).
+            body = operation.setdefault("requestBody", {"required": True, "content": {}})
+            body["content"]["multipart/form-data"] = {"schema": {
+                "type": "object", "properties": fields, "required": [f for f in ("file", "model") if f in fields]}}
         ok: dict[str, Any] = {"description": "OK" if route.status < 300 else "Switching protocols"}
         if route.status == 204:
             ok["description"] = "No content"

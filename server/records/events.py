@@ -50,7 +50,7 @@ class EventList(BaseModel):
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next (older) page; null at the end.")
 
 
-def _info(entry: TimelineEntry) -> EventInfo:
+def event_info(entry: TimelineEntry) -> EventInfo:
     info = EventInfo.model_validate(entry.as_dict())
     if entry.clip:
         info.clip_url = f"/api/events/{entry.id}/clip.mp4"
@@ -60,12 +60,23 @@ def _info(entry: TimelineEntry) -> EventInfo:
 
 
 def _store(request: web.Request) -> TimelineStore:
-    store = request.app.get(TIMELINE)
+    return usable_store(request.app.get(TIMELINE))
+
+
+def usable_store(store: TimelineStore | None) -> TimelineStore:
+    """The stored timeline, or the error every reader of it answers (off, or its storage unusable)."""
     if store is None:
         raise ApiError("not_found", "the timeline is off (storage.enabled: false)")
     if not store.available:
         raise ApiError("storage_unavailable", store.open_error or "timeline storage unavailable")
     return store
+
+
+async def stored_event(store: TimelineStore, event_id: str) -> TimelineEntry:
+    entry = await _blocking(store.get, event_id)
+    if entry is None:
+        raise ApiError("not_found", "no such event")
+    return entry
 
 
 def _float(request: web.Request, name: str) -> float | None:
@@ -88,32 +99,37 @@ async def list_events(request: web.Request) -> web.Response:
     limit = parse_number("limit", query.get("limit", "50"), integer=True, minimum=1, maximum=MAX_PAGE)
     cursor = parse_number("cursor", query["cursor"], integer=True) if query.get("cursor") else None
     kinds = tuple(k for k in query.get("kind", "event,alert").split(",") if k)
+    page = await find_events(store, source=query.get("source") or query.get("session") or None,
+                             name=query.get("name") or None, kinds=kinds, since=_float(request, "since"),
+                             until=_float(request, "until"), cursor=cursor, limit=limit,
+                             identity=query.get("identity") or None, plate=query.get("plate") or None)
+    return web.json_response(text=page.model_dump_json())
+
+
+async def find_events(store: TimelineStore, *, source: str | None = None, name: str | None = None,
+                      kinds: tuple[str, ...] = ("event", "alert"), since: float | None = None,
+                      until: float | None = None, cursor: int | None = None, limit: int = 50,
+                      identity: str | None = None, plate: str | None = None) -> EventList:
+    """One page of the timeline, newest first: ``GET /api/events`` and the MCP tool ``list_events`` alike."""
     if not kinds or any(k not in ENTRY_KINDS for k in kinds):
         raise ApiError("invalid_parameter", f"kind must be a comma-separated list of {', '.join(ENTRY_KINDS)}")
-    source = query.get("source") or query.get("session") or None
-    since, until = _float(request, "since"), _float(request, "until")
     if since is not None and until is not None and since > until:  # as /api/search answers it
         raise ApiError("invalid_parameter", "since is after until", param="since")
-    plate = normalise_plate(query.get("plate") or "") or None
-    entries = await _blocking(store.query, source=source, name=query.get("name") or None, kinds=kinds,
-                              since=since, until=until, before_seq=cursor, limit=limit,
-                              identity=query.get("identity") or None, plate=plate)
+    entries = await _blocking(store.query, source=source, name=name, kinds=kinds, since=since, until=until,
+                              before_seq=cursor, limit=limit, identity=identity,
+                              plate=normalise_plate(plate or "") or None)
     next_cursor = str(entries[-1].seq) if len(entries) == limit else None
-    return web.json_response(text=EventList(events=[_info(e) for e in entries], next_cursor=next_cursor)
-                             .model_dump_json())
+    return EventList(events=[event_info(e) for e in entries], next_cursor=next_cursor)
 
 
 async def _entry_or_404(request: web.Request) -> tuple[TimelineStore, TimelineEntry]:
     store = _store(request)
-    entry = await _blocking(store.get, request.match_info["event_id"])
-    if entry is None:
-        raise ApiError("not_found", "no such event")
-    return store, entry
+    return store, await stored_event(store, request.match_info["event_id"])
 
 
 async def get_event(request: web.Request) -> web.Response:
     _, entry = await _entry_or_404(request)
-    return web.json_response(text=_info(entry).model_dump_json())
+    return web.json_response(text=event_info(entry).model_dump_json())
 
 
 def _media_file(store: TimelineStore, relative: str | None) -> tuple[Path, os.stat_result] | None:

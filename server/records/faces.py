@@ -8,17 +8,18 @@ kept, unnamed (docs/faces.md says why). The photos (stored without their metadat
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import quote
 
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.errors import ApiError
 from pipelines.memory.feed import memory_entry
-from pipelines.timeline.store import Forgotten, StorageUnavailable
-from pipelines.video.faces import NAME, FaceRecognizer, check_name
+from pipelines.timeline.store import Forgotten, StorageUnavailable, TimelineEntry, TimelineStore
+from pipelines.video.faces import NAME, FaceGallery, FaceRecognizer, Person, check_name
 from server.engines import ENGINES
-from server.http.errors import read_body
+from server.http.errors import read_body, read_json_body
 from server.http.route import Route
 from server.state import MEMORY, TIMELINE
 
@@ -92,15 +93,128 @@ async def _images(request: web.Request) -> list[bytes]:
     return images
 
 
+class EnrolFromEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    event_id: str = Field(min_length=1, max_length=64, description=(
+        "A stored event of a tracked person (GET /api/events): their face is taken from the event's snapshot, "
+        "inside the track's box."))
+
+
+async def _event(request: web.Request, event_id: str) -> tuple[TimelineStore, TimelineEntry]:
+    timeline = request.app.get(TIMELINE)
+    if timeline is None:
+        raise ApiError("not_found", "the timeline is off (storage.enabled: false): no stored event")
+    if not timeline.available:
+        raise ApiError("storage_unavailable", timeline.open_error or "timeline storage unavailable")
+    entry = await asyncio.to_thread(timeline.get, event_id)
+    if entry is None or entry.kind != "event":
+        raise ApiError("not_found", "no such event", param="event_id")
+    return timeline, entry
+
+
+async def _event_snapshot(request: web.Request, event_id: str) -> tuple[bytes, list[float]]:
+    """The snapshot of a stored event and where its track was on it."""
+    timeline, entry = await _event(request, event_id)
+    box = entry.data.get("box")
+    if not isinstance(box, list) or len(box) != 4:
+        raise ApiError("no_track", "the event has no tracked object's box to take a face from (an event recorded "
+                       "before boxes were kept, or not about an object)", param="event_id")
+    path = timeline.media_path(entry.snapshot)
+    if path is None:
+        raise ApiError("no_snapshot", "the event has no snapshot (storage.clips off, or deleted by retention)",
+                       param="event_id")
+    return await asyncio.to_thread(path.read_bytes), [float(v) for v in box]
+
+
 async def enrol(request: web.Request) -> web.Response:
     name = check_name(request.match_info["name"])
-    images = await _images(request)
-    recognizer = await _recognizer(request)
-    person = await asyncio.to_thread(recognizer.enrol, name, images)
+    if request.content_type == "application/json":  # from what a camera saw
+        event = await read_json_body(request, EnrolFromEvent)
+        snapshot, box = await _event_snapshot(request, event.event_id)
+        recognizer = await _recognizer(request)
+        person = await asyncio.to_thread(recognizer.enrol_from_snapshot, name, snapshot, box)
+    else:
+        images = await _images(request)
+        recognizer = await _recognizer(request)
+        person = await asyncio.to_thread(recognizer.enrol, name, images)
     timeline = request.app.get(TIMELINE)
     if timeline is not None:
         timeline.allow_identity(name)  # enrolled again: their events are named again from now on
     return web.json_response(text=PersonInfo(**person.info()).model_dump_json(), status=201)
+
+
+class PhotoInfo(BaseModel):
+    id: str
+    url: str = Field(description="The stored photo (its pixels only, re-encoded without metadata).")
+
+
+class PersonPage(PersonInfo):
+    photos: list[PhotoInfo] = Field(description="The photos behind the name, one embedding each.")
+    negatives: int = Field(description=(
+        "Faces marked 'not this person' (POST /api/events/{event_id}/not-this-person): a face nearer one of them "
+        "than to these photos is not given the name."))
+
+
+class NotThisPerson(BaseModel):
+    event_id: str
+    name: str = Field(description="The name the event no longer carries.")
+    negatives: int = Field(description="Faces now kept as not this person.")
+
+
+def _page(person: Person) -> PersonPage:
+    photos = [PhotoInfo(id=file.split(".")[0], url=f"/api/faces/{quote(person.name)}/photos/{file.split('.')[0]}")
+              for file in person.images]
+    return PersonPage(**person.info(), photos=photos, negatives=person.negative_count())
+
+
+async def _person(request: web.Request) -> tuple[FaceGallery, Person]:
+    name = request.match_info["name"]
+    gallery = await asyncio.to_thread(request.app[ENGINES].face_gallery)
+    person = gallery.person(name) if NAME.match(name) else None
+    if person is None:
+        raise ApiError("not_found", "nobody is enrolled under that name")
+    return gallery, person
+
+
+async def get_person(request: web.Request) -> web.Response:
+    _, person = await _person(request)
+    return web.json_response(text=_page(person).model_dump_json())
+
+
+async def get_photo(request: web.Request) -> web.FileResponse:
+    gallery, person = await _person(request)
+    path = gallery.photo_path(person.name, request.match_info["photo_id"])
+    if path is None or not path.is_file():
+        raise ApiError("not_found", "no such photo")
+    content_type = "image/png" if path.suffix == ".png" else "image/jpeg"
+    return web.FileResponse(path, headers={"Content-Type": content_type, "Cache-Control": "no-store"})
+
+
+async def delete_photo(request: web.Request) -> web.Response:
+    gallery, person = await _person(request)
+    kept = await asyncio.to_thread(gallery.remove_photo, person.name, request.match_info["photo_id"])
+    if kept is None:
+        raise ApiError("not_found", "no such photo")
+    return web.json_response(text=_page(kept).model_dump_json())
+
+
+async def not_this_person(request: web.Request) -> web.Response:
+    """The event named the wrong person: its face is kept as a negative for that name (a face nearer it than to
+    the person's photos is not named) and the name goes from the event (its text says "someone")."""
+    event_id = request.match_info["event_id"]
+    timeline, entry = await _event(request, event_id)
+    name = (entry.data.get("identity") or {}).get("name")
+    if not name:
+        raise ApiError("not_recognised", "the event names nobody", param="event_id")
+    snapshot, box = await _event_snapshot(request, event_id)
+    recognizer = await _recognizer(request)
+    person = await asyncio.to_thread(recognizer.not_this_person, name, snapshot, box)
+    changed = await asyncio.to_thread(timeline.unname, event_id, name)
+    memory = request.app.get(MEMORY)
+    if memory is not None and changed is not None:
+        await asyncio.to_thread(memory.rewrite_events, [memory_entry(changed)])
+    answer = NotThisPerson(event_id=event_id, name=name, negatives=person.negative_count())
+    return web.json_response(text=answer.model_dump_json())
 
 
 async def list_people(request: web.Request) -> web.Response:
@@ -146,8 +260,19 @@ FACE_ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/faces", list_people, "The people enrolled for face recognition (video.faces)",
           response=PeopleList, errors=(401,)),
     Route("POST", _ONE, enrol, "Enrol a person (or add photos): a raw image/jpeg or image/png body, or "
-          "multipart/form-data with one photo per part; each photo must show exactly one face",
-          response=PersonInfo, status=201, errors=(400, 401, 413, 415), form_fields=("image",)),
+          "multipart/form-data with one photo per part (each must show exactly one face), or application/json "
+          "{\"event_id\"}: the face of the event's tracked person on its snapshot",
+          body=EnrolFromEvent, response=PersonInfo, status=201, errors=(400, 401, 404, 413, 415, 422),
+          form_fields=("image",)),
+    Route("GET", _ONE, get_person, "A person's page: the photos behind the name and how many faces were marked "
+          "'not this person'", response=PersonPage, errors=(401, 404)),
+    Route("GET", _ONE + "/photos/{photo_id}", get_photo, "One of a person's photos", content_type="image/jpeg",
+          errors=(401, 404)),
+    Route("DELETE", _ONE + "/photos/{photo_id}", delete_photo, "Remove one photo of a person and its embedding "
+          "(the last one: 409, delete the person instead)", response=PersonPage, errors=(401, 404, 409)),
+    Route("POST", "/api/events/{event_id}/not-this-person", not_this_person, "The event's face is not the person "
+          "it was named: kept as a negative for that name (a face nearer it than to their photos is not named), "
+          "and the name is taken off the event", response=NotThisPerson, errors=(400, 401, 404, 503)),
     Route("DELETE", _ONE, delete_person, "Delete a person: every embedding and photo of theirs, and their name "
           "from the timeline (events, alerts, replies, transcripts) and memory; their events' clips and snapshots "
           "are kept, unnamed. The answer counts what changed", response=PersonDeleted, errors=(401, 404, 503)),

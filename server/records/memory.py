@@ -29,7 +29,10 @@ MODES: tuple[SearchMode, ...] = ("hybrid", "keyword", "vector")
 
 
 def _index(request: web.Request) -> MemoryIndex:
-    index = request.app.get(MEMORY)
+    return enabled_index(request.app.get(MEMORY))
+
+
+def enabled_index(index: MemoryIndex | None) -> MemoryIndex:
     if index is None:
         raise ApiError("memory_disabled", "memory is disabled (memory.enabled: false)")
     return index
@@ -122,7 +125,7 @@ def parse_search(query: dict[str, str], getall: Any, settings: Settings) -> tupl
     return q, filters, limit, mode  # type: ignore[return-value]
 
 
-def _result(hit: SearchHit) -> SearchResult:
+def search_result(hit: SearchHit) -> SearchResult:
     e = hit.entry
     return SearchResult(
         id=e.id or 0, time=datetime.fromtimestamp(e.wall_time, UTC).isoformat(), wall_time=e.wall_time,
@@ -137,12 +140,19 @@ async def search(request: web.Request) -> web.Response:
     index = _index(request)
     settings: Settings = request.app[SETTINGS]
     q, filters, limit, mode = parse_search(dict(request.query), request.query.getall, settings)
+    body = await run_search(index, q, filters, limit, mode)
+    return web.json_response(body.model_dump(mode="json"))
+
+
+async def run_search(index: MemoryIndex, q: str, filters: SearchFilters, limit: int,
+                     mode: SearchMode = "hybrid") -> SearchResponse:
+    """``GET /api/search`` and the MCP tools ``search_memory`` and ``ask`` alike."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     hits = await index.search(q, filters, limit, mode, timings)
     took = round((time.perf_counter() - started) * 1000.0, 2)
-    body = SearchResponse(query=q, mode=mode, took_ms=took, timings_ms=timings, results=[_result(h) for h in hits])
-    return web.json_response(body.model_dump(mode="json"))
+    return SearchResponse(query=q, mode=mode, took_ms=took, timings_ms=timings,
+                          results=[search_result(h) for h in hits])
 
 
 # ---------------------------------------------------------------- documents

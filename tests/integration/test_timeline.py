@@ -147,7 +147,7 @@ async def test_events_and_clips_survive_a_restart_and_are_served_with_ranges(vig
         documented = {(path, method) for path, methods in paths.items() if path.startswith("/api/events")
                       for method in methods}
         assert documented == {("/api/events", "get"), (one, "get"), (one, "delete"), (one + "/clip.mp4", "get"),
-                              (one + "/snapshot.jpg", "get")}
+                              (one + "/snapshot.jpg", "get"), (one + "/not-this-person", "post")}  # docs/faces.md
         assert set(paths[one]["delete"]["responses"]) == {"204", "401", "404", "503"}
         for media in ("/clip.mp4", "/snapshot.jpg"):  # a range past the end: 416 with the JSON error body
             schema = paths[one + media]["get"]["responses"]["416"]["content"]["application/json"]["schema"]

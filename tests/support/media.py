@@ -58,9 +58,16 @@ def real_image(name: str) -> np.ndarray:
         from ultralytics.utils import ASSETS
 
         return cv2.cvtColor(cv2.imread(str(ASSETS / f"{name}.jpg")), cv2.COLOR_BGR2RGB)
+    if name == "grace_hopper":  # a portrait in matplotlib's sample data
+        import cv2
+        import matplotlib
+
+        path = Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"
+        return cv2.cvtColor(cv2.imread(str(path)), cv2.COLOR_BGR2RGB)
     import skimage.data
 
-    return getattr(skimage.data, name)()
+    image = getattr(skimage.data, name)()
+    return np.repeat(image[..., None], 3, axis=2) if image.ndim == 2 else image  # camera is greyscale
 
 
 def letterbox(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:

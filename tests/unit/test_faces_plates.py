@@ -245,7 +245,9 @@ def test_faces_and_plates_are_off_by_default_and_on_with_one_key():
     assert not settings.video.faces.enabled and not settings.video.plates.enabled
     on = load_settings(None, {"video": {"faces": {"enabled": True}, "plates": {"enabled": True}}})
     assert on.video.faces.enabled and on.video.plates.enabled
-    assert on.video.faces.model.backend == "dlib" and on.video.plates.model.backend == "rapidocr"
+    assert on.video.faces.model.backend == "centerface" and on.video.plates.model.backend == "rapidocr"
+    hog = load_settings(None, {"video": {"faces": {"model": {"backend": "dlib"}}}})
+    assert hog.video.faces.model.backend == "dlib"  # HOG stays selectable
 
 
 def _changed(value: Any) -> Any:

@@ -117,7 +117,7 @@ SERVER_FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("engines", ("server.engines",)),  # the models, and the analysers each session and source gets
     # the front-ends; the probes read every front-end's state to answer /readyz, so they sit beside them
     ("front-ends", ("server.media", "server.records", "server.v1", "server.cluster", "server.grpc_api",
-                    "server.http.probes")),
+                    "server.mqtt", "server.mcp_api", "server.http.probes")),
     ("wiring", ("server.services",)),  # builds every front-end's services, once
     ("composition root", ("server.app",)),  # the route table, the keys set, the services mounted
     ("cli", ("server.cli",)),

@@ -1,0 +1,51 @@
+"""``mqtt``: events, per-source counts, snapshots and availability published to an MQTT broker, with Home
+Assistant discovery (``docs/mqtt.md``)."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, SecretStr, field_validator
+
+from server.config.base import Section
+
+_TOPIC_PART = re.compile(r"^[^#+\x00]+$")
+
+
+class MqttSettings(Section):
+    enabled: bool = Field(False, description="Publish to an MQTT broker (the timeline's events, alerts, counts and "
+                          "snapshots: needs storage.enabled).")
+    host: str = Field("127.0.0.1", description="The broker's host name or address.")
+    port: int = Field(1883, ge=1, le=65535, description="The broker's TCP port.")
+    username: str | None = Field(None, description="User name, when the broker asks for one.")
+    password: SecretStr | None = Field(None, description="Password (never logged, masked in `vigil config show`).")
+    client_id: str = Field("vigil", min_length=1, description="MQTT client identifier; also Home Assistant's "
+                           "device and unique-id prefix.")
+    topic_prefix: str = Field("vigil", min_length=1, description="Every topic Vigil publishes starts with this.")
+    discovery: bool = Field(True, description="Publish Home Assistant MQTT discovery configs (retained), so each "
+                            "source's per-label sensors and snapshot cameras appear without YAML.")
+    discovery_prefix: str = Field("homeassistant", min_length=1, description="Home Assistant's discovery prefix.")
+    base_url: str | None = Field(
+        None, description="The server's address as MQTT clients reach it (e.g. http://vigil.lan:8080): makes the "
+        "snapshot and clip URLs in event payloads absolute; unset, they are paths.")
+    snapshots: bool = Field(True, description="Publish each event's JPEG snapshot to <prefix>/<source>/<label>/"
+                            "snapshot (retained), once it is written.")
+    queue_messages: int = Field(
+        1000, ge=1, description="Messages held while the broker is away (replayed on reconnect, in order); past "
+        "this, new ones are dropped and counted in vigil_mqtt_dropped_total.")
+    qos: int = Field(1, ge=0, le=1, description="QoS of every publish; 1: the broker acknowledges each message, "
+                     "and one it never acknowledged is sent again after a reconnect.")
+    keepalive_s: int = Field(30, ge=5, description="MQTT keep-alive; the broker publishes the last will (offline) "
+                             "after 1.5 times this without a word from Vigil.")
+    publish_timeout_s: float = Field(5.0, gt=0, description="How long an unacknowledged publish waits before the "
+                                     "connection is treated as lost and the message is kept for the next one.")
+    backoff_initial_s: float = Field(0.5, gt=0, description="First wait before reconnecting to the broker.")
+    backoff_max_s: float = Field(30.0, gt=0, description="Longest wait between reconnection attempts.")
+
+    @field_validator("topic_prefix", "discovery_prefix")
+    @classmethod
+    def _plain_topic(cls, value: str) -> str:
+        value = value.strip("/")
+        if not value or not _TOPIC_PART.match(value):
+            raise ValueError("a topic prefix must be non-empty and hold no '#', '+' or NUL")
+        return value

@@ -1,0 +1,384 @@
+"""MQTT out: a real mosquitto broker and a real MQTT client (aiomqtt) watching what Vigil publishes: events, counts,
+snapshots, availability (retained, with a last will) and Home Assistant discovery; a broker outage loses nothing
+accepted, and past the queue's bound drops are counted."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import aiomqtt
+import pytest
+from PIL import Image
+from prometheus_client import REGISTRY
+
+from pipelines.timeline.store import TimelineEntry
+from server.engines import Analyzers
+from server.mqtt.publisher import MQTT_PUBLISHER
+from server.state import TIMELINE
+from tests.integration.test_sources import Watcher
+from tests.support.media import sliding_person
+from tests.support.mosquitto import MosquittoServer
+from tests.support.ports import free_port
+from tests.support.zone_entry import ZoneEntryAnalyzerForTest
+
+RIGHT_HALF = {"name": "door", "polygon": [[0.5, 0.0], [1.0, 0.0], [1.0, 1.0], [0.5, 1.0]]}
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("mqtt-media")
+    sliding_person(root / "slide.mp4", seconds=6.0, fps=10, options={"preset": "ultrafast", "g": "5"})
+    return root
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Any:
+    with MosquittoServer(tmp_path / "broker", persistent=True) as server:
+        yield server
+
+
+@dataclass
+class Received:
+    topic: str
+    payload: bytes
+    retain: bool
+
+    def json(self) -> Any:
+        return json.loads(self.payload)
+
+
+@dataclass
+class MqttWatcher:
+    """A real MQTT client subscribed to ``topics``, keeping every message it receives (in ``seen``)."""
+
+    port: int
+    topics: tuple[str, ...] = ("#",)
+    identifier: str | None = None  # with one, a durable session (clean_session off): the broker keeps its messages
+    seen: list[Received] = field(default_factory=list)
+    _arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @contextlib.asynccontextmanager
+    async def listening(self) -> AsyncIterator[MqttWatcher]:
+        durable = self.identifier is not None
+        async with aiomqtt.Client("127.0.0.1", self.port, identifier=self.identifier,
+                                  clean_session=False if durable else None) as client:
+            for topic in self.topics:
+                await client.subscribe(topic, qos=1)
+            task = asyncio.create_task(self._read(client))
+            try:
+                yield self
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
+                    await task
+
+    async def _read(self, client: aiomqtt.Client) -> None:
+        async for message in client.messages:
+            payload = message.payload if isinstance(message.payload, bytes) else str(message.payload).encode()
+            self.seen.append(Received(str(message.topic), payload, bool(message.retain)))
+            self._arrived.set()
+
+    async def wait(self, done: Callable[[list[Received]], bool], timeout: float = 30.0) -> list[Received]:
+        async with asyncio.timeout(timeout):
+            while not done(self.seen):
+                self._arrived.clear()
+                await self._arrived.wait()
+        return self.seen
+
+    def on(self, topic: str) -> list[Received]:
+        return [m for m in self.seen if m.topic == topic]
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+def _mqtt(port: int, **extra: Any) -> dict[str, Any]:
+    return {"enabled": True, "port": port, "backoff_initial_s": 0.1, "backoff_max_s": 0.5, "publish_timeout_s": 2.0,
+            **extra}
+
+
+def _event_ids(watcher: MqttWatcher) -> set[str]:
+    return {m.json()["id"] for m in watcher.on("vigil/events")}
+
+
+async def test_a_person_walking_into_a_zone_is_published_with_counts_snapshot_and_discovery(
+        vigil, broker: MosquittoServer, media: Path, tmp_path: Path):
+    server = await vigil(sources={"media_root": str(media)}, video={"target_fps": 5},
+                         models={"detector": {"backend": "yolo"}}, mqtt=_mqtt(broker.port, base_url="http://vigil.lan"),
+                         storage={"data_dir": str(tmp_path / "events"), "scene_interval_s": 1.0})
+    watcher = MqttWatcher(broker.port, topics=("vigil/#", "homeassistant/#"))
+    async with watcher.listening(), aiohttp.ClientSession() as http:
+        await watcher.wait(lambda seen: any(m.topic == "vigil/available" for m in seen))
+        assert watcher.on("vigil/available")[-1].payload == b"online"
+        late = MqttWatcher(broker.port, topics=("vigil/available",))
+        async with late.listening():  # retained: a subscriber that comes later learns it at once
+            await late.wait(lambda seen: bool(seen))
+        assert (late.seen[0].payload, late.seen[0].retain) == (b"online", True)
+
+        body = {"path": "slide.mp4", "name": "hall", "realtime": False,
+                "options": {"video": {"zones": [RIGHT_HALF]}}}
+        async with http.post(f"{server.url}/api/sources", json=body) as response:
+            assert response.status == 201, await response.text()
+            source = await response.json()
+        async with http.ws_connect(f"{server.url}/api/sources/{source['id']}/results") as ws:
+            await Watcher(ws).state("ended", timeout=90)
+        await watcher.wait(lambda seen: any(m.topic == "vigil/hall/person/snapshot" for m in seen)
+                           and any(m.topic == "vigil/hall/person" and m.payload == b"1" for m in seen))
+
+    events = [m.json() for m in watcher.on("vigil/events")]
+    enters = [e for e in events if e["type"] == "zone.enter"]
+    assert len(enters) == 1, events
+    enter = enters[0]
+    assert enter["source"] == source["id"] and enter["source_name"] == "hall" and enter["label"] == "person"
+    assert enter["zone"] == "door" and isinstance(enter["track_id"], int) and enter["time"] == pytest.approx(
+        time.time(), abs=120)
+    assert enter["snapshot_url"] == f"http://vigil.lan/api/events/{enter['id']}/snapshot.jpg"
+    assert enter["clip_url"] == f"http://vigil.lan/api/events/{enter['id']}/clip.mp4"
+    async with aiohttp.ClientSession() as http, http.get(f"{server.url}/api/events/{enter['id']}") as response:
+        assert (await response.json())["data"]["zone"] == "door"  # the same event as the REST API's
+
+    count = watcher.on("vigil/hall/person")
+    assert count[-1].payload == b"1" and all(m.payload.isdigit() for m in count)
+    snapshot = watcher.on("vigil/hall/person/snapshot")[-1]
+    assert Image.open(io.BytesIO(snapshot.payload)).format == "JPEG"
+
+    sensor = watcher.on("homeassistant/sensor/vigil_hall_person/config")[-1]
+    config = sensor.json()
+    assert config["state_topic"] == "vigil/hall/person" and config["availability_topic"] == "vigil/available"
+    assert config["unique_id"] == "vigil_hall_person_count" and config["device"]["identifiers"] == ["vigil"]
+    camera = watcher.on("homeassistant/camera/vigil_hall_person/config")[-1].json()
+    assert camera["topic"] == "vigil/hall/person/snapshot"
+    # Discovery before the value it describes, so Home Assistant's sensor exists when its first state arrives.
+    topics = [m.topic for m in watcher.seen]
+    assert topics.index("homeassistant/sensor/vigil_hall_person/config") < topics.index("vigil/hall/person")
+
+    # Shut down: availability turns offline (retained) for whoever subscribes next.
+    await server.stop()
+    late = MqttWatcher(broker.port, topics=("vigil/available",))
+    async with late.listening():
+        seen = await late.wait(lambda seen: bool(seen))
+    assert seen[0].payload == b"offline" and seen[0].retain
+
+
+def _entry(source: str, n: int) -> TimelineEntry:
+    return TimelineEntry(kind="event", name="zone.enter", source=source, origin="file", wall_ts=time.time(),
+                         pts=float(n), data={"zone": "door", "label": "person", "track_id": n, "conf": 0.9,
+                                             "identity": {"name": "Alice", "score": 0.95}})
+
+
+def _scene(source: str, people: int) -> TimelineEntry:
+    return TimelineEntry(kind="scene", name="scene", source=source, origin="file", wall_ts=time.time(),
+                         data={"counts": {"person": people} if people else {}, "tracks": []})
+
+
+async def test_a_broker_restart_mid_stream_loses_nothing(vigil, broker: MosquittoServer, tmp_path: Path):
+    server = await vigil(mqtt=_mqtt(broker.port), storage={"data_dir": str(tmp_path / "events")})
+    store, publisher = server.app[TIMELINE], server.app[MQTT_PUBLISHER]
+    watcher = MqttWatcher(broker.port, topics=("vigil/events",), identifier="test-watcher")
+    before = [_entry("cam", n) for n in range(5)]
+    async with watcher.listening():
+        for entry in before:
+            store.put(entry)
+        await watcher.wait(lambda seen: len(_event_ids(watcher)) == 5)
+        first = watcher.on("vigil/events")[0].json()
+        assert first["identity"] == {"name": "Alice", "score": 0.95} and first["score"] == 0.9
+        assert first["clip_url"] is None  # this entry has no clip coming
+
+        broker.stop()  # mid-stream: the next events are accepted while it is away
+        during = [_entry("cam", n) for n in range(5, 10)]
+        for entry in during:
+            store.put(entry)
+        store.put(_scene("cam", 2))
+        await until(lambda: len(publisher._queue) >= 5)  # all five wait in Vigil's queue
+        assert not publisher.connected
+    broker.start()  # the same port; its persisted session keeps the watcher's subscription
+    async with watcher.listening():
+        await watcher.wait(lambda seen: len(_event_ids(watcher)) == 10)
+    assert _event_ids(watcher) == {e.id for e in before + during}
+    ordered = [m.json()["track_id"] for m in watcher.on("vigil/events")]
+    assert sorted(dict.fromkeys(ordered), key=ordered.index) == list(range(10))  # in order (re-sends aside)
+
+    state = MqttWatcher(broker.port, topics=("vigil/available", "vigil/cam/person"))
+    async with state.listening():
+        await state.wait(lambda seen: len(seen) >= 2)
+    assert {(m.topic, m.payload, m.retain) for m in state.seen} == {
+        ("vigil/available", b"online", True), ("vigil/cam/person", b"2", True)}
+
+
+async def test_past_the_queue_bound_messages_are_dropped_and_counted(vigil, tmp_path: Path):
+    port = free_port()  # no broker there yet
+    server = await vigil(mqtt=_mqtt(port, queue_messages=3), storage={"data_dir": str(tmp_path / "events")})
+    store = server.app[TIMELINE]
+    dropped_before = REGISTRY.get_sample_value("vigil_mqtt_dropped_total", {"kind": "event"}) or 0.0
+    entries = [_entry("cam", n) for n in range(5)]
+    for entry in entries:
+        store.put(entry)
+    await until(lambda: (REGISTRY.get_sample_value("vigil_mqtt_dropped_total", {"kind": "event"}) or 0.0)
+                >= dropped_before + 2)
+    # The watcher's durable session is made on another port first, so it exists before Vigil can connect.
+    late_broker = MosquittoServer(tmp_path / "late-broker", persistent=True).start()
+    watcher = MqttWatcher(late_broker.port, topics=("vigil/events",), identifier="late")
+    async with watcher.listening():
+        pass
+    late_broker.stop()
+    late_broker.port = watcher.port = port
+    with late_broker:  # started again, on the port Vigil is trying
+        async with watcher.listening():
+            await watcher.wait(lambda seen: len(_event_ids(watcher)) == 3)
+    assert _event_ids(watcher) == {e.id for e in entries[:3]}  # the first three, accepted; the rest dropped
+    assert REGISTRY.get_sample_value("vigil_mqtt_dropped_total", {"kind": "event"}) == dropped_before + 2
+
+
+async def test_the_broker_password_is_used_and_never_shown(vigil, tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    secret = "s3cret-Broker-Pw"
+    caplog.set_level(logging.DEBUG)
+    with MosquittoServer(tmp_path / "broker", password=("vigil", secret)) as broker:
+        wrong = await vigil(mqtt=_mqtt(broker.port, username="vigil", password="not-it"),
+                            storage={"data_dir": str(tmp_path / "wrong")})
+        await asyncio.sleep(1.0)
+        assert not wrong.app[MQTT_PUBLISHER].connected  # refused
+        await wrong.stop()
+        server = await vigil(mqtt=_mqtt(broker.port, username="vigil", password=secret),
+                             storage={"data_dir": str(tmp_path / "right")})
+        await until(lambda: server.app[MQTT_PUBLISHER].connected)
+        assert secret not in json.dumps(server.settings.masked())
+        async with aiohttp.ClientSession() as http, http.get(f"{server.url}/metrics") as response:
+            assert secret not in await response.text()
+    assert secret not in caplog.text and "not-it" not in caplog.text
+
+
+class ZoneEntryAtOnceAnalyzerForTest(ZoneEntryAnalyzerForTest):
+    def due(self, sampled: Any) -> bool:
+        return True
+
+
+async def _publish(port: int, topic: str, payload: bytes) -> None:
+    async with aiomqtt.Client("127.0.0.1", port) as client:
+        await client.publish(topic, payload, qos=1)
+
+
+async def _source(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    async with http.post(f"{url}/api/sources", json=body) as response:
+        assert response.status == 201, await response.text()
+        return await response.json()
+
+
+async def _get(http: aiohttp.ClientSession, url: str) -> Any:
+    async with http.get(url) as response:
+        assert response.status == 200, await response.text()
+        return await response.json()
+
+
+async def test_detection_is_switched_off_and_on_by_command(vigil, broker: MosquittoServer, tmp_path: Path):
+    server = await vigil(mqtt=_mqtt(broker.port), storage={"data_dir": str(tmp_path / "events")})
+    watcher = MqttWatcher(broker.port, topics=("vigil/+/detect/state",))
+    async with watcher.listening(), aiohttp.ClientSession() as http:
+        await until(lambda: server.app[MQTT_PUBLISHER].connected)
+        source = await _source(http, server.url, {"path": "clip.mp4", "name": "yard", "loop": True})
+        info = f"{server.url}/api/sources/{source['id']}"
+        await until(lambda: server.sources.get(source["id"]).pipeline.counts.video.frames_sampled > 0)
+
+        await _publish(broker.port, "vigil/yard/detect/set", b"OFF")
+        await watcher.wait(lambda seen: any(m.payload == b"OFF" for m in seen))
+        assert watcher.seen[-1].topic == "vigil/yard/detect/state"
+        assert (await _get(http, info))["config"]["video"]["detect"] is False  # as a config patch sets it
+        counts = server.sources.get(source["id"]).pipeline.counts.video
+        sampled = counts.frames_sampled
+        frames_in = counts.frames_in
+        await until(lambda: counts.frames_in > frames_in + 10)  # frames keep coming ...
+        assert counts.frames_sampled == sampled  # ... and none is analysed
+
+        await _publish(broker.port, f"vigil/{source['id']}/detect/set", b"on")  # by id too
+        await watcher.wait(lambda seen: seen[-1].payload == b"ON")
+        await until(lambda: counts.frames_sampled > sampled)
+        await _publish(broker.port, "vigil/nowhere/detect/set", b"OFF")  # no such source: ignored, still connected
+        await _publish(broker.port, "vigil/yard/detect/set", b"maybe")
+        await asyncio.sleep(0.3)
+        assert server.app[MQTT_PUBLISHER].connected and (await _get(http, info))["config"]["video"]["detect"]
+
+    state = MqttWatcher(broker.port, topics=("vigil/yard/detect/state",))
+    async with state.listening():  # retained
+        await state.wait(lambda seen: bool(seen))
+    assert (state.seen[0].payload, state.seen[0].retain) == (b"ON", True)
+
+
+async def test_alerts_are_switched_off_and_on_by_command(vigil, broker: MosquittoServer, tmp_path: Path):
+    door = {"name": "door", "polygon": [[0, 0], [1, 0], [1, 1], [0, 1]], "announce": "Someone at the {zone}"}
+    server = await vigil(Analyzers(video=ZoneEntryAtOnceAnalyzerForTest), mqtt=_mqtt(broker.port),
+                         storage={"data_dir": str(tmp_path / "events")})
+    watcher = MqttWatcher(broker.port, topics=("vigil/alerts/state", "vigil/events"))
+    async with watcher.listening(), aiohttp.ClientSession() as http:
+        await watcher.wait(lambda seen: any(m.topic == "vigil/alerts/state" for m in seen))
+        assert watcher.on("vigil/alerts/state")[-1].payload == b"ON"
+        await _publish(broker.port, "vigil/alerts/set", b"OFF")
+        await watcher.wait(lambda seen: seen[-1].topic == "vigil/alerts/state" and seen[-1].payload == b"OFF")
+
+        body = {"path": "clip.mp4", "realtime": False, "options": {"video": {"zones": [door]}}}
+        quiet = await _source(http, server.url, {**body, "name": "quiet"})
+        await watcher.wait(lambda seen: any(m.topic == "vigil/events" and m.json()["source"] == quiet["id"]
+                                            for m in seen))
+        await _publish(broker.port, "vigil/alerts/set", b"ON")
+        await watcher.wait(lambda seen: seen[-1].topic == "vigil/alerts/state" and seen[-1].payload == b"ON")
+        loud = await _source(http, server.url, {**body, "name": "loud"})
+        await watcher.wait(lambda seen: any(m.topic == "vigil/events" and m.json()["type"] == "alert"
+                                            for m in seen))
+        alerts = (await _get(http, f"{server.url}/api/events?kind=alert"))["events"]
+    assert [a["source"] for a in alerts] == [loud["id"]] and alerts[0]["text"] == "Someone at the door"
+    published = [m.json() for m in watcher.on("vigil/events") if m.json()["type"] == "alert"]
+    assert [(a["source"], a["text"], a["event"], a["zone"]) for a in published] == [
+        (loud["id"], "Someone at the door", "zone.enter", "door")]
+
+
+async def test_say_to_a_session_without_a_voice_is_refused_quietly(vigil, broker: MosquittoServer, tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture):
+    server = await vigil(mqtt=_mqtt(broker.port), storage={"data_dir": str(tmp_path / "events")})
+    async with aiohttp.ClientSession() as http:
+        await until(lambda: server.app[MQTT_PUBLISHER].connected)
+        source = await _source(http, server.url, {"path": "clip.mp4", "name": "yard", "loop": True})
+        await _publish(broker.port, f"vigil/{source['id']}/say", b"Hello there")
+        await _publish(broker.port, "vigil/nobody/say", b"Hello there")
+        await until(lambda: caplog.text.count("/say:") >= 2)
+    assert "the session has no voice to say it with" in caplog.text and "no such session" in caplog.text
+    assert server.app[MQTT_PUBLISHER].connected
+
+
+async def test_say_is_spoken_on_a_voice_session_and_stored_as_an_alert(vigil, model_pool, broker: MosquittoServer,
+                                                                       media: Path, tmp_path: Path):
+    from aiortc.contrib.media import MediaPlayer
+
+    from server.config import load_settings
+    from server.engines import Engines
+    from tests.integration.test_alerts import VOICE, Call, _alert, _heard
+
+    settings = load_settings(None, {"voice": VOICE, "models": {"detector": {"backend": "none"}}})
+    analyzers = Engines(settings, models=model_pool).analyzers
+    server = await vigil(analyzers, voice=VOICE, mqtt=_mqtt(broker.port),
+                         storage={"data_dir": str(tmp_path / "events"), "clips": False})
+    watcher = MqttWatcher(broker.port, topics=("vigil/events",))
+    async with watcher.listening(), Call(server.url, MediaPlayer(str(media / "slide.mp4"), loop=True).video,
+                                         {}) as call:
+        await until(lambda: server.app[MQTT_PUBLISHER].connected and len(server.sessions) == 1)
+        (session_id,) = server.sessions.sessions
+        await _publish(broker.port, f"vigil/{session_id}/say", b"The parcel has arrived at the door.")
+        alert_at, _ = await call.wait_for(_alert)
+        await call.quiet()
+        assert call.recorder is not None
+        assert "parcel" in _heard(call.recorder.audio(since=alert_at - 0.5)).lower()
+        await watcher.wait(lambda seen: any(m.json()["type"] == "alert" for m in seen))
+    said = [m.json() for m in watcher.on("vigil/events") if m.json()["type"] == "alert"]
+    assert [(a["source"], a["event"], a["text"], a["spoken"]) for a in said] == [
+        (session_id, "say", "The parcel has arrived at the door.", True)]
