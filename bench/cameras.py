@@ -1,4 +1,4 @@
-"""Cameras mode of ``bench/capacity.py`` (issue 24): what a camera costs and how many one node watches.
+"""Cameras mode of ``bench/capacity.py``: what a camera costs and how many one node watches.
 
 ``python -m bench.capacity --cameras 1,4,8 [--seconds 15]`` serves ``vigil serve`` (default config, loopback ICE,
 its ``sources.media_root`` a temporary folder) and, for each N, plays N looped real-time file sources

@@ -1,4 +1,4 @@
-"""Labelled event bench (issue 31): are Vigil's zone and line events *right*, as a user watching the results meets them?
+"""Labelled event bench: are Vigil's zone and line events *right*, as a user watching the results meets them?
 
 ``python -m bench.events [--baseline REV] [--boost FPS] [--details]``
 

@@ -1,4 +1,4 @@
-"""What faces and plates cost (issue 22), beside the detector call they follow, in ONE run on real photos:
+"""What faces and plates cost, beside the detector call they follow, in ONE run on real photos:
 
 * per face: ``FaceRecognizer.identify`` on a person the default pose detector found (the crop from its keypoints,
   dlib's HOG on it, 5-point landmarks, the ResNet embedding, the match), on two different photos of one man;

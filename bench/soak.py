@@ -1,4 +1,4 @@
-"""Soak: does a server stay the same size after many sessions? (issue 23: memory grew with every session)
+"""Soak: does a server stay the same size after many sessions? (memory grew with every session)
 
 A ``vigil serve`` child process with the default config (default CPU models, voice, memory and storage on; its data
 dirs in a temporary folder; only the offer rate limit raised, and ICE on loopback) and, in this process, one aiortc

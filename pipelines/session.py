@@ -127,7 +127,7 @@ class SessionPipeline:
             await self.timeline.close()
         self.send(Metrics, media=self.counts.model_copy(deep=True))
         # The analysers and the recorder hold this pipeline and its sink holds the session: nothing is sent after
-        # close, so cut those cycles and an ended session is freed now, not by a full collection (issue 23).
+        # close, so cut those cycles and an ended session is freed now, not by a full collection.
         self.timeline = None
         self._audio_analyzer = CountingOnlyAudioAnalyzer()
         self._emit = _closed_sink
@@ -189,7 +189,7 @@ class SessionPipeline:
         return self.config
 
     def _schedule_metrics(self) -> None:
-        def tick() -> None:  # a fresh closure each time: one that named itself would be a cycle (issue 23)
+        def tick() -> None:  # a fresh closure each time: one that named itself would be a cycle
             if self._closed:
                 return
             self.send(Metrics, media=self.counts.model_copy(deep=True))
@@ -215,7 +215,7 @@ class SessionPipeline:
         if track is None or self.clock.virtual:
             return
 
-        # an idle reply track waits for speech rather than pacing silence (nobody hears it; issue 24)
+        # an idle reply track waits for speech rather than pacing silence (nobody hears it)
         receive = getattr(track, "recv_audible", track.recv)
 
         async def drain() -> None:

@@ -2,7 +2,7 @@
 
 glibc gives every thread that contends for the heap an arena of its own, up to 8 per core. A WebRTC session touches
 many threads (codecs, ICE, model executors), and what it freed stays in whichever arena served it: ended sessions
-left RSS a few tens of KB higher each (issue 23, `bench/soak.py`). Two measures, both no-ops off glibc:
+left RSS a few tens of KB higher each (`bench/soak.py`). Two measures, both no-ops off glibc:
 
 - ``limit_arenas``: at start-up, before the media threads exist, cap the arenas (``mallopt(M_ARENA_MAX)``, the knob
   behind ``MALLOC_ARENA_MAX``), so freed memory is reused by the next session rather than stranded in another arena.

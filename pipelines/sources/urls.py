@@ -20,7 +20,7 @@ _CREDENTIALS = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)(?P<
 # scheme://token@: userinfo with no ':' is a bearer secret of its own (a camera token), masked whole.
 _TOKEN = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<token>[^\s:/@]+)@")
 # Query and path-parameter keys whose values are secrets, decided on the decoded key (aiohttp decodes `%74oken` to
-# `token`, and so may a camera), by pattern (issue 32: `pw`, `access_key`, `passphrase`, `private_key` were shown):
+# `token`, and so may a camera), by pattern (`pw`, `access_key`, `passphrase`, `private_key` were shown):
 # a word of the key (split at `_`, `-`, `.` and camelCase) in _SECRET_WORDS, or the key, its separators dropped,
 # holding one of _SECRET_PARTS. `keyword`, `q`, `limit` are not secrets; `author` is masked (`auth`): better one
 # harmless value hidden than one secret shown.

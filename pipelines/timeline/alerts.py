@@ -123,4 +123,4 @@ class AlertAnnouncer:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            self._task = None  # its CancelledError's traceback holds this announcer: a cycle (issue 23)
+            self._task = None  # its CancelledError's traceback holds this announcer: a cycle

@@ -393,7 +393,7 @@ class TimelineRecorder:
         """Write the pending clip, wait for the writes in flight."""
         if self._alerts is not None:
             await self._alerts.close()
-            self._alerts = None  # it holds record_alert, a method of ours: a cycle (issue 23)
+            self._alerts = None  # it holds record_alert, a method of ours: a cycle
         with self._lock:
             self._finish()
         if self._writes:

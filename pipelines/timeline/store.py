@@ -371,7 +371,7 @@ class TimelineStore:
             if stop:
                 return
             # Waiting for the next entry, hold no callback of the last batch: each is a recorder of some session,
-            # which would outlive its close until then (issue 23).
+            # which would outlive its close until then.
             first = item = batch = None  # type: ignore[assignment]
 
     def _commit(self, batch: list[_Item]) -> None:

@@ -7,7 +7,7 @@ plate (4-10 letters and digits, at least one digit, once spaces and dashes are d
 track keeps its best reading (highest confidence) as ``plate``, with the name of a known plate
 (``video.plates.known``). A track whose best reading reached ``settle_score`` is not read again.
 
-What cannot work is refused or named at start-up (issue 32): ``check_known`` (a known plate the reader can never read,
+What cannot work is refused or named at start-up: ``check_known`` (a known plate the reader can never read,
 two names for one plate) and ``label_problems`` (plate labels the app's detector does not have, or none at all).
 """
 

@@ -171,7 +171,7 @@ class ReplyAudioTrack(PacedAudioTrack):
     async def recv_audible(self) -> av.AudioFrame:
         """``recv()`` for a local playout (a source's loudspeaker, with no peer): while there is nothing to play
         and no flush to report it waits for some instead of pacing silence, so an idle camera does not wake the
-        event loop 50 times a second for frames nobody hears (issue 24); speech is then paced as ``recv()`` does."""
+        event loop 50 times a second for frames nobody hears; speech is then paced as ``recv()`` does."""
         if not self._pending.size and self._flushed_at is None:
             self._activity.clear()
             await self._activity.wait()

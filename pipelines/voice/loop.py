@@ -77,7 +77,7 @@ class VoiceLoop:
         self.output_track.on_first_audio = self._first_audio_sent
         self.output_track.on_silence_after_flush = self._reply_audio_stopped
         self.output_track.on_drained = self._reply_audio_drained
-        self._outbox = Outbox()  # the parts' way out: they hold no reference to this loop (issue 23)
+        self._outbox = Outbox()  # the parts' way out: they hold no reference to this loop
         self._resample = InputResampler()
         self._vad = VadStream(engine.vad)
         self._pending = np.zeros(0, np.float32)
@@ -144,7 +144,7 @@ class VoiceLoop:
         self.output_track.stop()
         # Let them end, then drop every reference to them and to our own methods: a finished task's traceback
         # holds this loop, and the reply track holds its callbacks, cycles that kept an ended session (its
-        # resampler's filter graph and threads) alive until a full garbage collection (issue 23).
+        # resampler's filter graph and threads) alive until a full garbage collection.
         pending = [task for task in tasks if task is not None and not task.done()]
         if pending:
             await asyncio.wait(pending, timeout=5.0)

@@ -1,6 +1,6 @@
 """Where the voice loop's parts send their messages: the session pipeline the loop is attached to (nothing before
 ``attach`` nor after ``close``). The parts hold this, never the loop, so a closed session's loop is freed by
-reference counting alone (issue 23: no cycle through a part back to the loop)."""
+reference counting alone (no cycle through a part back to the loop)."""
 
 from __future__ import annotations
 

@@ -149,7 +149,7 @@ def parser_error_reason(message: str | None, error: BaseException | None = None)
     """Why aiohttp's parser refused a request (``error``, an ``HttpProcessingError``, and its ``message``), without
     the raw bytes the message quotes: they may hold a token (in the query or a header), and they are the client's
     own input anyway. The reason is chosen by the error's class; for other errors it is the message's first clause
-    when that is plain words, else "unreadable request" (issue 32: a request line over 8 KiB was quoted as
+    when that is plain words, else "unreadable request" (a request line over 8 KiB was quoted as
     ``bytearray(b'...')`` and reached the answer and the log)."""
     for kind, reason in _PARSER_REASONS:
         if isinstance(error, kind):

@@ -9,7 +9,7 @@ every in-process test server, so the tests exercise what production runs. What i
   middleware), leaves in Vigil's JSON error shape instead of plain text, and the parser's message, which quotes
   the raw bytes (an ``Authorization`` header included), reaches neither the client nor the log.
 
-- Slow clients (issue 32: 300 connections that sent half of ``/offer``'s headers stayed open, and so did a body
+- Slow clients (300 connections that sent half of ``/offer``'s headers stayed open, and so did a body
   sent at 1 byte/s): ``server.header_timeout_s`` bounds how long a request's headers may take (then 408 and the
   connection closed), ``server.body_timeout_s`` how long its body may take once the headers are in, plus a second
   per ``body_min_rate_bytes_s`` bytes received (the handler

@@ -2,7 +2,7 @@
 
 Every session's packets are read, decrypted and depacketised on the one event-loop thread. When that thread
 saturates, datagrams queue in the kernel, ICE consent replies wait behind seconds of media, and after 30 s aioice
-declares consent expired: all sessions drop together (issue 23: eight audio+video sessions on two cores). The
+declares consent expired: all sessions drop together (eight audio+video sessions on two cores). The
 process's CPU says nothing about it (the detector keeps a core busy whatever the load, by design), so the signal
 is the loop thread's own CPU time (``time.thread_time`` sampled on that thread): its share of one core over the
 last few seconds. A new offer is refused (503 + Retry-After) when the load with one more session would pass

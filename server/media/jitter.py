@@ -8,7 +8,7 @@ missing packet stalls the buffer the same way at any prefetch until the 16-packe
 that arrives out of order still waits in its slot. One packet is the least aiortc's buffer allows (a frame is
 complete when the next one begins).
 
-aiortc's buffer also hands out at most one frame per packet that arrives (issue 32, item 5). Whatever piled up
+aiortc's buffer also hands out at most one frame per packet that arrives. Whatever piled up
 behind a gap (a packet lost, or late: a data-channel flood filled the socket, a stalled sender caught up) then
 stays: audio is one packet a frame, so the pile never shrinks, up to the buffer's 16 packets (~0.3 s), and video
 frames of one packet each stay up to 512 packets (17 s at 30 fps). The media is complete and in order but runs that

@@ -5,7 +5,7 @@ methods, the DTLS transport's RTP router holds the receivers and senders that ho
 hold the STUN protocols that hold the connection, ...). ``pc.close()`` stops everything but leaves those cycles, so
 a closed session's peer connection, its receivers, jitter buffers, SRTP sessions and rate counters (~1,000
 ``RateBucket`` each) lived on until Python's *full* collection, which a server with large models loaded runs
-rarely: RSS grew with every session (issue 23). This is the one place that knows aiortc's internals (1.16, pinned in
+rarely: RSS grew with every session. This is the one place that knows aiortc's internals (1.16, pinned in
 requirements.lock); ``tests/integration/test_session_release.py`` fails if an upgrade brings a cycle back.
 """
 

@@ -116,7 +116,7 @@ class WebRTCSession:
     def release(self) -> None:
         """After close: drop what ties the ended session's objects into reference cycles (finished tasks keep
         their frames, the peer connection and channel keep our callbacks), so refcounting frees them now rather
-        than a full garbage collection, much later (issue 23)."""
+        than a full garbage collection, much later."""
         self.tasks.clear()
         self.pending.clear()
         if self.channel is not None:
@@ -236,7 +236,7 @@ class SessionRegistry(PipelineHost):
             if track.kind not in ("audio", "video"):
                 return
             pipeline.add_track(track.kind)
-            release_backlog(pc, track)  # no standing backlog in the jitter buffer (issue 32, item 5)
+            release_backlog(pc, track)  # no standing backlog in the jitter buffer
             if track.kind == "audio" and pipeline.audio_output is not None:
                 pc.addTrack(pipeline.audio_output)  # replies go back on the same (sendrecv) transceiver
             feed = pipeline.feed_video if track.kind == "video" else pipeline.feed_audio

@@ -1,4 +1,4 @@
-"""A data-channel flood costs the flooding session nothing but error answers (issue 32, item 5): 750 garbage
+"""A data-channel flood costs the flooding session nothing but error answers: 750 garbage
 messages at once are each answered with an ``error``, the session lives on, and the media delay that load
 admission reads (``vigil_media_delay_seconds``) comes back down once the burst is through.
 

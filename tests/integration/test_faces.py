@@ -1,4 +1,4 @@
-"""Faces and licence plates (issue 22) with the real models on real photographs: dlib's face embedding behind the
+"""Faces and licence plates with the real models on real photographs: dlib's face embedding behind the
 default pose detector's keypoints, the enrolment API of a real server, identities on a file source's tracks and
 events, and PP-OCRv4 reading a plate rendered onto a real bus photo.
 

@@ -188,8 +188,8 @@ async def _ws_pong_after(ws: aiohttp.ClientWebSocketResponse, marker: str) -> No
 
 @_bounded(250)
 @given(raw=CLIENT_MESSAGES)
-@example(raw='{"v":1,"type":"ping","id":"\\ud800"}')  # issue 13: the pong could not be serialised
-@example(raw="[" * 2000 + "]" * 2000)  # issue 13: RecursionError escaped the data-channel callback
+@example(raw='{"v":1,"type":"ping","id":"\\ud800"}')  # the pong could not be serialised
+@example(raw="[" * 2000 + "]" * 2000)  # RecursionError escaped the data-channel callback
 @example(raw='{"v":1,"type":"\\udfff"}')
 async def test_fuzz_client_messages_never_end_a_session_or_subscriber(sessions: Sessions, no_leaks: None,
                                                                       raw: str) -> None:
@@ -447,7 +447,7 @@ def multipart_bodies(draw: st.DrawFn) -> tuple[str, str, bytes]:
 @given(upload=multipart_bodies())
 @example(upload=("/v1/audio/transcriptions", "multipart/form-data; boundary=B",
                  b'--B\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nBad Header\r\n\r\nxx\r\n'
-                 b"--B--\r\n"))  # issue 13: aiohttp's InvalidHeader was a 500
+                 b"--B--\r\n"))  # aiohttp's InvalidHeader was a 500
 async def test_fuzz_multipart_uploads_get_documented_4xx_errors(rest_target, no_leaks: None,
                                                                 upload: tuple[str, str, bytes]) -> None:
     server, _, http = rest_target

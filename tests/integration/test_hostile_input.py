@@ -295,7 +295,7 @@ async def test_the_token_in_a_query_never_reaches_the_access_log(vigil, caplog):
     assert any('"http://127.0.0.1/?token=***' in line for line in lines), lines  # the Referer
 
 
-# Query keys that hold secrets in other APIs' spellings (issue 32, item 3): each printed in clear before.
+# Query keys that hold secrets in other APIs' spellings: each printed in clear before.
 SECRET_LOOKING_KEYS = ["pw", "access_key", "passphrase", "private_key", "X-Amz-Signature", "X-Amz-Credential",
                        "sessionid", "client_secret", "refresh_token", "auth", "PHPSESSID", "sid", "apiKey"]
 
@@ -324,7 +324,7 @@ MALFORMED_FRAMING = {
     "garbage": b"garbage\r\n\r\n",
     "header_value": b"GET / HTTP/1.1\r\nAuthorization: Bearer " + SECRET.encode() + b"\x01\r\n\r\n",
     "line_too_long": b"GET / HTTP/1.1\r\nX-Long: " + b"a" * 10_000 + b"\r\n\r\n",
-    # a request line over aiohttp's 8190 bytes: its parser quotes it as bytearray(b'...') (issue 32, item 3)
+    # a request line over aiohttp's 8190 bytes: its parser quotes it as bytearray(b'...')
     "request_line_too_long": (f"GET /api/sources?token={SECRET}&password={SECRET}&q=".encode() + b"a" * 9000
                               + b" HTTP/1.1\r\nHost: x\r\n\r\n"),
     "request_line_too_long_get_first": (b"GET /api/sources?q=" + b"a" * 9000 + f"&token={SECRET}".encode()
@@ -392,7 +392,7 @@ async def test_an_error_past_every_middleware_is_a_json_500_without_a_traceback(
         await runner.cleanup()
 
 
-# ---------------------------------------------------------------- slow clients (issue 32, item 4)
+# ---------------------------------------------------------------- slow clients
 
 HALF_OFFER_HEAD = b"POST /offer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appli"  # half of /offer's headers
 LIMITS = {"header_timeout_s": 1.0, "body_timeout_s": 1.0}

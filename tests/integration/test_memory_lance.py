@@ -87,7 +87,7 @@ def test_document_chunks_and_timeline_entries_are_searched_apart_and_together(tm
 
 def test_lancedb_caches_stay_within_their_bound_over_many_writes(tmp_path: Path):
     # Every write is a new table version; LanceDB cached each version's metadata (~29 KB) up to its default 1 GiB:
-    # the server's RSS grew with every session that wrote to memory (issue 23).
+    # the server's RSS grew with every session that wrote to memory.
     entries, vectors = _corpus(300)
     bound = 1 << 20
     index = LanceVectors(tmp_path / "vectors.lance", "vigil_memory", DIM, metadata_cache_bytes=bound)

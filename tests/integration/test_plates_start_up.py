@@ -1,4 +1,4 @@
-"""Plates on with a detector that cannot give them vehicles are named at start-up (issue 32, item 7): the app's
+"""Plates on with a detector that cannot give them vehicles are named at start-up: the app's
 real detector is loaded and its own class names (less its ``classes`` filter) are compared with
 ``video.plates.labels``; a warning names the key."""
 

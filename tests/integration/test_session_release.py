@@ -1,4 +1,4 @@
-"""Ended sessions are freed by reference counting alone (issue 23).
+"""Ended sessions are freed by reference counting alone.
 
 Ended sessions used to live on in reference cycles (aiortc's peer connection and its transports, the pipeline with
 its recorder and voice loop, finished tasks' tracebacks) until Python's full collection, which a server holding

@@ -35,7 +35,7 @@ async def test_stream_file_gets_hello_and_counts_then_delete_frees_everything(vi
     assert counts["video"]["frames_sampled"] <= counts["video"]["frames_in"]
     assert counts["audio"]["samples_in"] > 0
     # Inbound audio is released one packet after it arrives (server/media/jitter.py), not aiortc's four, and no
-    # track keeps a backlog in its jitter buffer (issue 32, item 5): this aiortc's receivers have the parts replaced.
+    # track keeps a backlog in its jitter buffer: this aiortc's receivers have the parts replaced.
     receivers = {r.track.kind: r for r in server.sessions.sessions[session_id].pc.getReceivers()}
     assert receivers["audio"]._RTCRtpReceiver__jitter_buffer._prefetch == 1
     for receiver in receivers.values():

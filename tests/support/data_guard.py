@@ -1,6 +1,6 @@
 """The checkout's own data directory (``data/``, where ``vigil serve`` keeps a user's timeline, memory, faces and
 transcription jobs by default) must come out of a test run as it went in: tests and benches write only to
-temporary directories (issue 32: a whole ``make test`` once left 110 timeline entries, clips and snapshots there,
+temporary directories (a whole ``make test`` once left 110 timeline entries, clips and snapshots there,
 which ``make run``'s dashboard then showed). ``data/models`` is set-up's (installed models), not the user's data.
 
 ``tests/conftest.py`` takes a ``snapshot`` when the session starts and compares it at the end (``changes``)."""

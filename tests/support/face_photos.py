@@ -1,4 +1,4 @@
-"""Real photographs of people for the face tests and bench (issue 22): several different photos of one person are
+"""Real photographs of people for the face tests and bench: several different photos of one person are
 what recognition needs, and no installed package ships them. The ``face_recognition`` 1.3.0 source distribution
 on PyPI (MIT; official White House portraits) carries its test photos: three different photos of Barack Obama
 (a portrait, a speech at a podium, a full-length photo in a room), crops of the first, and one of Joe Biden.

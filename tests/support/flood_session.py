@@ -1,6 +1,5 @@
 """One browser-like live session (``tests.support.live_sessions``: camera + microphone, pinging every second) that
-floods its data channel with garbage, while the server's ``vigil_media_delay_seconds`` is read every half second
-(issue 32, item 5).
+floods its data channel with garbage, while the server's ``vigil_media_delay_seconds`` is read every half second.
 
 Run as a process of its own (``python -m tests.support.flood_session --url URL``), so the clients' work does not
 share the server's or the caller's event loop: prints one JSON line with the session's fate, how many garbage

@@ -28,7 +28,7 @@ DATA_SECTIONS = ("storage", "memory", "transcription")
 
 def with_data_dirs(config: dict[str, Any], folder: Path) -> dict[str, Any]:
     """``config`` with ``data_dir`` set to a folder of ``folder`` in each of ``DATA_SECTIONS`` that does not set
-    its own (issue 32: tests and benches wrote the user's timeline)."""
+    its own (tests and benches wrote the user's timeline)."""
     config = dict(config)
     for section in DATA_SECTIONS:
         values = dict(config.get(section) or {})

@@ -25,7 +25,7 @@ from server.http.serve import redact_query_secrets
     ("rtsp://admin:hunter2@cam/stream?secret=x", "rtsp://admin:***@cam/stream?secret=***"),
     ("GET /api/search?q=token&limit=10&keyword=a HTTP/1.1", "GET /api/search?q=token&limit=10&keyword=a HTTP/1.1"),
     ("-", "-"),
-    # issue 32: keys outside the old list, matched by pattern now
+    # keys outside the old list, matched by pattern now
     ("GET /x?pw=1&access_key=2&passphrase=3&private_key=4&keyword=k HTTP/1.1",
      "GET /x?pw=***&access_key=***&passphrase=***&private_key=***&keyword=k HTTP/1.1"),
     ("GET /x?X-Amz-Signature=a&X-Amz-Credential=b&PHPSESSID=c&sid=d&session_id=e HTTP/1.1",
@@ -53,7 +53,7 @@ HOSTILE_REQUESTS = [  # each quotes the secret in its parser's message, in one s
 def test_a_parser_error_is_described_without_the_bytes_it_quotes(parser: str, raw: str):
     """aiohttp's own parsers (its C parser, and the pure-Python one it falls back to) quote the raw request in
     their messages (``b'...'``, ``bytearray(b'...')``, ``'...'``): the reason Vigil answers and logs is chosen
-    from the error, never cut out of that text (issue 32, item 3)."""
+    from the error, never cut out of that text."""
     parser_class = http_parser.HttpRequestParserPy if parser == "python" else http_parser.HttpRequestParser
     loop = asyncio.new_event_loop()
     try:

@@ -1,4 +1,4 @@
-"""The C-heap upkeep of a long-running server (issue 23): arenas capped at start-up, trims coalesced."""
+"""The C-heap upkeep of a long-running server: arenas capped at start-up, trims coalesced."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fair share: more cameras with motion than one batch holds are served in turn, none starves (issue 24)."""
+"""Fair share: more cameras with motion than one batch holds are served in turn, none starves."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from server.app import route_table
 from server.config import Settings, load_settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-READYZ = "/readyz"  # the readiness endpoint (issue 12 adds it beside /healthz)
+READYZ = "/readyz"  # the readiness endpoint (beside /healthz)
 
 
 def _documents(path: Path) -> list[dict[str, Any]]:

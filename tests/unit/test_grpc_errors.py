@@ -1,4 +1,4 @@
-"""gRPC statuses come from the one error model (issue 20): servicers, the auth check and request parsing raise
+"""gRPC statuses come from the one error model: servicers, the auth check and request parsing raise
 ``ApiError``; one interceptor (``server/grpc_api/errors.py``) picks the status, from the code's HTTP status."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The inbound jitter buffer leaves no backlog behind a gap (issue 32, item 5): aiortc's hands out one frame per
+"""The inbound jitter buffer leaves no backlog behind a gap: aiortc's hands out one frame per
 packet that arrives, so frames piled up behind a late packet stayed for good; ``ready`` gives out the rest."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A source's local playout of reply audio (no peer to send it to): idle, it waits for speech instead of pacing
-20 ms frames of silence on the event loop; speech is still played in real time, not as a backlog (issue 24)."""
+20 ms frames of silence on the event loop; speech is still played in real time, not as a backlog."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``video.plates`` refuses what cannot work, naming the key (issue 32, item 7): a known plate the reader can never
+"""``video.plates`` refuses what cannot work, naming the key: a known plate the reader can never
 read (the reader keeps only 4-10 letters and digits with a digit), two names for one plate once normalised, and a
 ``settle_score`` below ``min_score``."""
 
