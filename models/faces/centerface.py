@@ -22,8 +22,8 @@ from pydantic import Field
 
 from models.faces import FACE_MODELS, FaceBox
 from models.faces.dlib import PACKAGE as DLIB_MODELS
+from models.faces.dlib import DlibEmbeddingConfig
 from models.packaged import packaged_file
-from models.registry import BackendConfig
 
 CHIP_PX = 150  # dlib's ResNet takes a 150x150 aligned chip
 # Where CenterFace's 5 points fall in the chip dlib itself cuts (get_face_chip, padding 0.25): measured on six
@@ -32,15 +32,12 @@ CHIP_PX = 150  # dlib's ResNet takes a 150x150 aligned chip
 CHIP_LANDMARKS = np.array([[45.5, 46.1], [103.5, 46.1], [74.5, 76.4], [49.5, 103.0], [99.5, 103.0]], np.float32)
 
 
-class CenterFaceConfig(BackendConfig):
+class CenterFaceConfig(DlibEmbeddingConfig):
     backend: Literal["centerface"] = "centerface"
     min_score: float = Field(0.5, ge=0.05, le=1.0, description=(
         "CenterFace's confidence from which a face counts (its heat-map peak, 0-1). The faces bench's photos (as "
         "taken, tilted, dim): 39 faces scored 0.6-1.0 (a three-quarter 60-px face 0.67), the 14 other detections "
         "below 0.2."))
-    jitters: int = Field(0, ge=0, le=10, description=(
-        "Embed this many jittered copies of each face and average them (dlib's num_jitters): a little more "
-        "robust, that many times slower. 0: the face once."))
 
 
 class CenterFaceFaces:

@@ -18,11 +18,16 @@ from models.registry import BackendConfig
 PACKAGE = "face_recognition_models"
 
 
-class DlibFacesConfig(BackendConfig):
-    backend: Literal["dlib"] = "dlib"
+class DlibEmbeddingConfig(BackendConfig):
+    """What every backend that embeds with dlib's ResNet takes (each adds its own ``backend`` and finder)."""
+
     jitters: int = Field(0, ge=0, le=10, description=(
         "Embed this many jittered copies of each face and average them (dlib's num_jitters): a little more "
         "robust, that many times slower. 0: the face once."))
+
+
+class DlibFacesConfig(DlibEmbeddingConfig):
+    backend: Literal["dlib"] = "dlib"
 
 
 class DlibFaces:
