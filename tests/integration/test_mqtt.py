@@ -26,18 +26,16 @@ from server.engines import Analyzers
 from server.mqtt.publisher import MQTT_PUBLISHER
 from server.state import TIMELINE
 from tests.integration.test_sources import Watcher
-from tests.support.media import sliding_person
+from tests.support.media import keyframed_sliding_person
 from tests.support.mosquitto import MosquittoServer
 from tests.support.ports import free_port
-from tests.support.zone_entry import ZoneEntryAnalyzerForTest
-
-RIGHT_HALF = {"name": "door", "polygon": [[0.5, 0.0], [1.0, 0.0], [1.0, 1.0], [0.5, 1.0]]}
+from tests.support.zone_entry import RIGHT_HALF, ZoneEntryAnalyzerForTest
 
 
 @pytest.fixture(scope="module")
 def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("mqtt-media")
-    sliding_person(root / "slide.mp4", seconds=6.0, fps=10, options={"preset": "ultrafast", "g": "5"})
+    keyframed_sliding_person(root / "slide.mp4")
     return root
 
 

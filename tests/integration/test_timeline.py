@@ -18,18 +18,16 @@ from PIL import Image
 from server.config import load_settings
 from server.engines import build_batcher
 from tests.integration.test_sources import Watcher
-from tests.support.media import sliding_person
-from tests.support.zone_entry import ZoneEntryAnalyzerForTest
+from tests.support.media import keyframed_sliding_person
+from tests.support.zone_entry import RIGHT_HALF, ZoneEntryAnalyzerForTest
 
 PRE_S, POST_S = 1.5, 1.5
-RIGHT_HALF = {"name": "door", "polygon": [[0.5, 0.0], [1.0, 0.0], [1.0, 1.0], [0.5, 1.0]]}
 
 
 @pytest.fixture(scope="module")
 def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("timeline-media")
-    # A keyframe every 0.5 s: the clip starts at the keyframe at or before pre_s, so it is close to pre_s.
-    sliding_person(root / "slide.mp4", seconds=6.0, fps=10, options={"preset": "ultrafast", "g": "5"})
+    keyframed_sliding_person(root / "slide.mp4")
     return root
 
 

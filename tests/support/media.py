@@ -139,6 +139,13 @@ def sliding_person(path: Path, seconds: float = 6.0, fps: int = 10, size: tuple[
     return write_video(path, pictures, fps, options=options)
 
 
+
+def keyframed_sliding_person(path: Path) -> Path:
+    """:func:`sliding_person` for 6 s at 10 fps with a keyframe every 0.5 s: a clip starts at the keyframe at or
+    before its ``pre_s``, so it starts close to it."""
+    return sliding_person(path, seconds=6.0, fps=10, options={"preset": "ultrafast", "g": "5"})
+
+
 def precoded_vp8(size: tuple[int, int], fps: int) -> list[bytes]:
     """The clip (3 s of bus.jpg, 3 s of zidane.jpg), VP8-encoded ONCE here, a keyframe every second (so a loop
     restarts on a keyframe, and a receiver that lost a packet recovers within a second)."""

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# The zone the seam reports into, as a client configures it: the frame's right half.
+RIGHT_HALF = {"name": "door", "polygon": [[0.5, 0.0], [1.0, 0.0], [1.0, 1.0], [0.5, 1.0]]}
+
 
 class ZoneEntryAnalyzerForTest:
     """Named seam: no detector runs; on the first frame for which :meth:`due` is true it reports one ``zone.enter``
