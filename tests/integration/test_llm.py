@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -231,3 +232,48 @@ async def test_the_default_packaged_model_answers_through_its_chat_template() ->
         assert "Paris" in answer, answer
     finally:
         await llm.close()
+
+
+async def test_speculative_decoding_keeps_the_reply_and_counts_what_the_draft_proposed() -> None:
+    """models.llm.speculative: a draft model proposes, the model keeps what it agrees with. Greedy decoding gives
+    the same reply with or without it; the counters show the draft was really used. The default model drafts for
+    itself here (the 1.5B it is meant for is set up on demand only), so nearly every proposal is kept."""
+    from prometheus_client import REGISTRY
+
+    from models.llm.embedded import SpeculativeDecodingConfig
+    from models.packaged import DEFAULT_LLM
+
+    def drafted(outcome: str) -> float:
+        labels = {"model": Path(path).stem, "outcome": outcome}
+        return REGISTRY.get_sample_value("vigil_llm_draft_tokens_total", labels) or 0.0
+
+    path = str(packaged_llm_path(DEFAULT_LLM))
+    request = LlmRequest([ChatMessage("user", "Count from one to twelve in words, separated by commas.")],
+                         max_tokens=40)
+    plain = await EmbeddedLlm.open(path, n_ctx=512)
+    try:
+        expected = "".join(await collect(plain, request))
+    finally:
+        await plain.close()
+    before = drafted("accepted"), drafted("rejected")
+    speculative = await EmbeddedLlm.open(
+        path, n_ctx=512, speculative=SpeculativeDecodingConfig(method="draft", draft_model_path=path))
+    try:
+        assert "".join(await collect(speculative, request)) == expected
+        metrics = await asyncio.to_thread(speculative.backend_metrics)
+    finally:
+        await speculative.close()
+    kept, refused = drafted("accepted") - before[0], drafted("rejected") - before[1]
+    assert metrics["spec_decode_num_draft_tokens_total"] == kept + refused > 0
+    assert kept >= 0.8 * (kept + refused), (kept, refused)  # a model agrees with itself
+
+
+def test_a_draft_of_another_tokenizer_is_refused_by_the_config() -> None:
+    from pydantic import ValidationError
+
+    from models.llm.embedded import EmbeddedLlmConfig
+
+    with pytest.raises(ValidationError, match="same tokenizer"):
+        EmbeddedLlmConfig(weights="qwen2.5-1.5b", speculative={"method": "draft", "draft_weights": "smollm2-135m"})
+    assert EmbeddedLlmConfig(weights="qwen2.5-1.5b", speculative={"method": "draft"}).speculative.draft_weights == (
+        "qwen2.5-0.5b")
