@@ -42,9 +42,11 @@ RARER = [
     "Is a tomato a fruit or a vegetable?", "What colour is chlorophyll?", "How many strings does a violin have?",
     "Who painted the Mona Lisa?",
 ]
-NUMBERS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
+UNITS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+         "seventeen eighteen nineteen").split()
+TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+# Whisper writes American spellings; the questions are British. Neither is a word heard wrong.
+SPELLINGS = {"colour": "color", "colours": "colors", "favourite": "favorite", "theatre": "theater"}
 ESPEAK_VOICES = ["en-us", "en-gb-scotland", "en-029", "en-gb-x-gbcwmd"]
 
 
@@ -53,9 +55,22 @@ def sentences() -> list[str]:
     return [*seen, *RARER]
 
 
+def number_words(n: int) -> str:
+    """0..9999 in words ("one hundred forty"), as the questions say them; Whisper writes digits."""
+    if n < 20:
+        return UNITS[n]
+    if n < 100:
+        return TENS[n // 10] + ("" if n % 10 == 0 else " " + UNITS[n % 10])
+    if n < 1000:
+        return f"{UNITS[n // 100]} hundred" + ("" if n % 100 == 0 else " " + number_words(n % 100))
+    return f"{number_words(n // 1000)} thousand" + ("" if n % 1000 == 0 else " " + number_words(n % 1000))
+
+
 def normalise(text: str) -> list[str]:
-    words = re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("-", " ")).split()
-    return [NUMBERS.get(w, w) for w in words]
+    """Lower case, no punctuation, numbers in words, American spellings; "and" inside numbers dropped."""
+    text = re.sub(r"\d{1,4}", lambda m: f" {number_words(int(m.group()))} ", text.lower().replace("-", " "))
+    words = re.sub(r"[^a-z' ]+", " ", text).split()
+    return [SPELLINGS.get(w, w) for w in words]
 
 
 def word_errors(reference: list[str], heard: list[str]) -> int:
