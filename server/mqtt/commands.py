@@ -19,6 +19,7 @@ from server.config.mqtt import MqttSettings
 from server.media.sessions import SessionRegistry
 from server.media.sources import SourceManager
 from server.mqtt.messages import Outgoing, Topics, topic_level
+from server.switches import SwitchStore
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +33,12 @@ def on_off(payload: bytes) -> bool | None:
 
 class MqttCommands:
     def __init__(self, config: MqttSettings, sources: SourceManager, sessions: SessionRegistry,
-                 alerts: AlertSwitch) -> None:
+                 alerts: AlertSwitch, switches: SwitchStore | None = None) -> None:
         self.topics = Topics(config)
         self._sources = sources
         self._sessions = sessions
         self._alerts = alerts
+        self._switches = switches  # where a flip is kept across restarts (None: not kept)
 
     def subscriptions(self) -> list[str]:
         prefix = self.topics.prefix
@@ -44,6 +46,13 @@ class MqttCommands:
 
     def alerts_state(self) -> Outgoing:
         return Outgoing(f"{self.topics.prefix}/alerts/state", b"ON" if self._alerts.enabled else b"OFF", retain=True)
+
+    def kept_detect_states(self) -> list[tuple[str, Outgoing]]:
+        """The detection kept from before the restart, per source name: (its name in topics, its state message),
+        published at start-up so the retained state is right before the source is added again."""
+        kept = self._switches.detected_sources() if self._switches is not None else {}
+        return [(name, Outgoing(f"{self.topics.prefix}/{name}/detect/state", b"ON" if on else b"OFF", retain=True))
+                for name, on in kept.items()]
 
     def detect_state(self, source: str) -> Outgoing | None:
         found = self._find(source)
@@ -62,6 +71,8 @@ class MqttCommands:
                 log.warning("mqtt: %s takes ON or OFF", topic)
                 return []
             self._alerts.enabled = wanted
+            if self._switches is not None:
+                self._switches.set_alerts(wanted)
             log.info("mqtt: alerts turned %s", "on" if wanted else "off")
             return [self.alerts_state()]
         if len(levels) == 3 and levels[1:] == ["detect", "set"]:
@@ -80,6 +91,8 @@ class MqttCommands:
             log.warning("mqtt: %s: %s", topic, "no such source or session" if pipeline is None else "ON or OFF")
             return []
         pipeline.apply_config(SessionConfigPatch.model_validate({"video": {"detect": wanted}}))
+        if self._switches is not None and found is not None and self._is_source(found[0]):
+            self._switches.set_detect(found[0], wanted)
         state = self.detect_state(source)
         return [state] if state is not None else []
 
@@ -91,6 +104,10 @@ class MqttCommands:
         if recorder is None or not text or not recorder.say(text):
             log.warning("mqtt: %s/say: %s", session, "no such session" if pipeline is None else
                         "nothing to say" if not text else "the session has no voice to say it with")
+
+    def _is_source(self, level: str) -> bool:
+        """A server-side source (kept across restarts), not a WebRTC session (its id never returns)."""
+        return any(topic_level(s.name or s.id) == level for s in list(self._sources.sources.values()))
 
     def _find(self, name: str) -> tuple[str, Any] | None:
         """A source by its topic name or id, else a session by id: (its name in topics, its pipeline)."""
