@@ -13,6 +13,7 @@ import logging
 import os
 import tempfile
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,13 @@ class SwitchStore:
         self.path = Path(data_dir) / SWITCHES_FILE
         self.alerts: bool | None = None  # None: never switched (on)
         self._detect: OrderedDict[str, bool] = OrderedDict()
+        self._detect_listeners: list[Callable[[str, bool], None]] = []
         self._load()
+
+    def add_detect_listener(self, listener: Callable[[str, bool], None]) -> None:
+        """Called (on the caller's thread) with (source name as topics spell it, enabled) on every change, from
+        MQTT or a REST config patch: the publisher keeps the retained state right."""
+        self._detect_listeners.append(listener)
 
     def detect(self, source: str) -> bool | None:
         """The kept detection of a source (its name or id, spelled as in topics); None: never switched."""
@@ -48,6 +55,8 @@ class SwitchStore:
         while len(self._detect) > SOURCES_MAX:
             self._detect.popitem(last=False)
         self._save()
+        for listener in self._detect_listeners:
+            listener(key, enabled)
 
     def set_alerts(self, enabled: bool) -> None:
         self.alerts = enabled

@@ -210,6 +210,15 @@ class SourceManager(PipelineHost):
         log.info("source %s started: %s %s", source_id, kind, shown)
         return source
 
+    def configure(self, source: ManagedSource, patch: SessionConfigPatch) -> Any:
+        """Apply a config patch (``POST /api/sources/{id}/config``); a change of ``video.detect`` is the detection
+        switch MQTT's ``detect/set`` flips, so it is kept across restarts the same way."""
+        config = source.pipeline.apply_config(patch)
+        detect = patch.video.detect if patch.video is not None else None
+        if detect is not None and self.switches is not None:
+            self.switches.set_detect(source.name or source.id, detect)
+        return config
+
     async def stop(self, source_id: str) -> bool:
         source = self.sources.pop(source_id, None)
         if source is None:

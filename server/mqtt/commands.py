@@ -11,6 +11,7 @@ logged and dropped (nothing answers an MQTT publish)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from pipelines.protocol import SessionConfigPatch
@@ -51,16 +52,22 @@ class MqttCommands:
         """The detection kept from before the restart, per source name: (its name in topics, its state message),
         published at start-up so the retained state is right before the source is added again."""
         kept = self._switches.detected_sources() if self._switches is not None else {}
-        return [(name, Outgoing(f"{self.topics.prefix}/{name}/detect/state", b"ON" if on else b"OFF", retain=True))
-                for name, on in kept.items()]
+        return [(name, self._detect_message(name, on)) for name, on in kept.items()]
+
+    def watch_switches(self, publish: Callable[[str, Outgoing], None]) -> None:
+        """``publish(source, state)`` on every change of a kept detection switch (MQTT's or a REST patch's)."""
+        if self._switches is not None:
+            self._switches.add_detect_listener(lambda name, on: publish(name, self._detect_message(name, on)))
+
+    def _detect_message(self, name: str, enabled: bool) -> Outgoing:
+        return Outgoing(f"{self.topics.prefix}/{name}/detect/state", b"ON" if enabled else b"OFF", retain=True)
 
     def detect_state(self, source: str) -> Outgoing | None:
         found = self._find(source)
         if found is None:
             return None
         name, pipeline = found  # the topic's own spelling: the name if it has one, even when addressed by id
-        return Outgoing(f"{self.topics.prefix}/{name}/detect/state",
-                        b"ON" if pipeline.config.video.detect else b"OFF", retain=True)
+        return self._detect_message(name, pipeline.config.video.detect)
 
     def handle(self, topic: str, payload: bytes) -> list[Outgoing]:
         """One command; returns the state messages to publish."""
@@ -90,9 +97,12 @@ class MqttCommands:
         if wanted is None or pipeline is None:
             log.warning("mqtt: %s: %s", topic, "no such source or session" if pipeline is None else "ON or OFF")
             return []
-        pipeline.apply_config(SessionConfigPatch.model_validate({"video": {"detect": wanted}}))
-        if self._switches is not None and found is not None and self._is_source(found[0]):
-            self._switches.set_detect(found[0], wanted)
+        patch = SessionConfigPatch.model_validate({"video": {"detect": wanted}})
+        source_found = self._source(source)
+        if source_found is not None:  # kept across restarts, as the REST config patch keeps it
+            self._sources.configure(source_found, patch)
+        else:
+            pipeline.apply_config(patch)
         state = self.detect_state(source)
         return [state] if state is not None else []
 
@@ -105,9 +115,11 @@ class MqttCommands:
             log.warning("mqtt: %s/say: %s", session, "no such session" if pipeline is None else
                         "nothing to say" if not text else "the session has no voice to say it with")
 
-    def _is_source(self, level: str) -> bool:
-        """A server-side source (kept across restarts), not a WebRTC session (its id never returns)."""
-        return any(topic_level(s.name or s.id) == level for s in list(self._sources.sources.values()))
+    def _source(self, name: str) -> Any:
+        """A server-side source by its topic name or id (None: none, or a WebRTC session, whose id never
+        returns and so is not kept)."""
+        return next((s for s in list(self._sources.sources.values())
+                     if s.id == name or topic_level(s.name or s.id) == name), None)
 
     def _find(self, name: str) -> tuple[str, Any] | None:
         """A source by its topic name or id, else a session by id: (its name in topics, its pipeline)."""

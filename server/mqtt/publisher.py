@@ -94,6 +94,7 @@ class MqttPublisher:
                                                  f"{prefix}/alerts/set", f"{prefix}/alerts/state"))
             for source, state in self._commands.kept_detect_states():  # as switched before the restart
                 self._detect_switch(source, state)
+            self._commands.watch_switches(self._detect_switch)
         self._task = asyncio.create_task(self._run(), name="mqtt:publisher")
 
     async def close(self) -> None:
