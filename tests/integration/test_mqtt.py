@@ -430,9 +430,15 @@ async def test_switches_are_kept_across_a_restart(broker: MosquittoServer, tmp_p
         assert (await asyncio.to_thread(second.api, "GET", f"/api/sources/{other['id']}"))["config"]["video"][
             "detect"] is True  # only the switched source
 
-        await _publish(broker.port, "vigil/yard/detect/set", b"ON")
-        await _publish(broker.port, "vigil/alerts/set", b"ON")
-        await until(lambda: json.loads((tmp_path / "data" / "switches.json").read_text()) == {
-            "detect": {"yard": True}, "alerts": True})
+        # The REST config patch is the same switch: kept, and the retained state follows it.
+        watcher = MqttWatcher(broker.port, topics=states)
+        async with watcher.listening():
+            await asyncio.to_thread(second.api, "POST", f"/api/sources/{again['id']}/config",
+                                    {"video": {"detect": True}})
+            await _publish(broker.port, "vigil/alerts/set", b"ON")
+            await watcher.wait(lambda seen: {(m.topic, m.payload) for m in seen} >= {(t, b"ON") for t in states})
+        assert json.loads((tmp_path / "data" / "switches.json").read_text()) == {"detect": {"yard": True},
+                                                                                 "alerts": True}
+        assert await _retained(broker.port, states) == dict.fromkeys(states, b"ON")
     finally:
         await asyncio.to_thread(second.stop)
