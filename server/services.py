@@ -37,9 +37,9 @@ from server.media.sessions import SessionRegistry, TimelineFactory
 from server.media.sources import SourceManager
 from server.mqtt.commands import MqttCommands
 from server.mqtt.publisher import MqttPublisher
+from server.mqtt.switches import SwitchStore
 from server.records.memory import chat_documents
 from server.state import MEMORY_CATCH_UP
-from server.switches import SwitchStore
 from server.v1.audio import build_audio
 from server.v1.audio_services import AudioServices
 from server.v1.chat_service import ChatService, DocumentRetriever

@@ -27,7 +27,7 @@ from server.engines import Analyzers
 from server.media.sessions import PipelineHost, TimelineFactory, serialize
 from server.metrics import SOURCE_STATES
 from server.metrics import SOURCES as RUNNING_SOURCES
-from server.switches import SwitchStore
+from server.mqtt.switches import SwitchStore
 
 log = logging.getLogger(__name__)
 

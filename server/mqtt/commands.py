@@ -20,7 +20,7 @@ from server.config.mqtt import MqttSettings
 from server.media.sessions import SessionRegistry
 from server.media.sources import SourceManager
 from server.mqtt.messages import Outgoing, Topics, topic_level
-from server.switches import SwitchStore
+from server.mqtt.switches import SwitchStore
 
 log = logging.getLogger(__name__)
 

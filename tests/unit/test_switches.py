@@ -1,4 +1,4 @@
-"""The kept switches (server.switches): written atomically, read back, and an unreadable file never fatal."""
+"""The kept switches (server.mqtt.switches): written atomically, read back, and an unreadable file never fatal."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server.switches import SOURCES_MAX, SwitchStore
+from server.mqtt.switches import SOURCES_MAX, SwitchStore
 
 
 def test_switches_are_read_back_by_a_new_store(tmp_path: Path):
