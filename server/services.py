@@ -37,6 +37,7 @@ from server.media.sessions import SessionRegistry, TimelineFactory
 from server.media.sources import SourceManager
 from server.mqtt.commands import MqttCommands
 from server.mqtt.publisher import MqttPublisher
+from server.mqtt.switches import SwitchStore
 from server.records.memory import chat_documents
 from server.state import MEMORY_CATCH_UP
 from server.v1.audio import build_audio
@@ -75,11 +76,13 @@ def build_services(settings: Settings, analyzers: Analyzers | None = None,
     weights to take from (and add to) instead of the app's own pool; its owner closes it."""
     engines = Engines(settings, analyzers, models)
     redis = open_redis(settings)
-    timeline = build_timeline(settings)
+    # The switches MQTT's commands flip, kept in the data dir (only MQTT flips them: without it, all start on).
+    switches = SwitchStore(settings.storage.data_dir) if settings.mqtt.enabled else None
+    timeline = build_timeline(settings, switches)
     memory = build_memory(settings, engines)
     session_analyzers = with_voice_recall(engines.analyzers, voice_recall(settings, memory))
     sessions = SessionRegistry(settings, session_analyzers, timeline.recorders)
-    sources = SourceManager(settings, session_analyzers, timeline.recorders)
+    sources = SourceManager(settings, session_analyzers, timeline.recorders, switches)
     chat = ChatService(settings, engines, redis, document_retriever(settings, memory))
     cluster = ClusterNode(settings, sessions, sources) if settings.cluster.redis_url is not None else None
     return Services(
@@ -87,19 +90,19 @@ def build_services(settings: Settings, analyzers: Analyzers | None = None,
         memory=memory, sessions=sessions, sources=sources, chat=chat,
         disconnects=DisconnectWatcher(settings.api.disconnect_poll_s), ingress=V1Ingress(settings, redis),
         audio=build_audio(settings, engines), cluster=cluster, grpc=build_grpc(settings, engines, chat),
-        mqtt=build_mqtt(settings, sources, sessions, timeline.alerts),
+        mqtt=build_mqtt(settings, sources, sessions, timeline.alerts, switches),
         mcp=build_mcp(settings, engines, timeline, memory, sources),
     )
 
 
 def build_mqtt(settings: Settings, sources: SourceManager, sessions: SessionRegistry,
-               alerts: AlertSwitch) -> MqttPublisher | None:
+               alerts: AlertSwitch, switches: SwitchStore | None = None) -> MqttPublisher | None:
     """The MQTT publisher and the commands it takes (``mqtt.enabled``); the composition root starts it with the
     stored timeline."""
     if not settings.mqtt.enabled:
         return None
     storage = settings.storage
-    commands = MqttCommands(settings.mqtt, sources, sessions, alerts)
+    commands = MqttCommands(settings.mqtt, sources, sessions, alerts, switches)
     return MqttPublisher(settings.mqtt, snapshots_recorded=storage.enabled and storage.clips, commands=commands)
 
 
@@ -167,13 +170,13 @@ class Timeline:
         await asyncio.to_thread(self.store.close)
 
 
-def build_timeline(settings: Settings) -> Timeline:
+def build_timeline(settings: Settings, switches: SwitchStore | None = None) -> Timeline:
     executor = ThreadPoolExecutor(2, thread_name_prefix="vigil-clips")
     if settings.storage.enabled:
         store = open_timeline(settings)
     else:  # never opened: nothing is stored, but recorders still raise 'object appeared' events and alerts
         store = TimelineStore(settings.storage.data_dir, max_age_s=0, quota_bytes=0)
-    alerts = AlertSwitch()
+    alerts = AlertSwitch(switches is None or switches.alerts is not False)  # as last switched, else on
     return Timeline(store, settings.storage.enabled, recorder_factory(settings, store, executor, alerts), executor,
                     alerts)
 

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from models.llm import ChatMessage
@@ -68,16 +68,31 @@ def _approx_tokens(text: str) -> int:
 def format_entry(hit: SearchHit, now: float) -> str:
     entry = hit.entry
     when = datetime.fromtimestamp(entry.wall_time, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    minutes = max(0, round((now - entry.wall_time) / 60))
-    ago = "just now" if minutes == 0 else f"{minutes} min ago" if minutes < 120 else f"{minutes // 60} h ago"
     text = f'"{entry.text}"' if entry.kind in ("transcript", "reply") else entry.text
-    return f"- {when} ({ago}), {KIND_PHRASES.get(entry.kind, entry.kind)}: {text}"
+    return f"- {when} ({_ago(now, entry.wall_time)}), {KIND_PHRASES.get(entry.kind, entry.kind)}: {text}"
 
 
-def fit_entries(hits: Sequence[SearchHit], max_entries: int, max_tokens: int, now: float) -> list[str]:
+def format_entry_time_last(hit: SearchHit, now: float) -> str:
+    """What happened first, its time after: a small LLM asked "when" copies the entry's opening words, so with
+    this order its answer keeps the time ("person (track 1) entered zone 'gate' ... at 06:12:19 UTC")."""
+    entry = hit.entry
+    at = datetime.fromtimestamp(entry.wall_time, UTC)
+    text = f'"{entry.text}"' if entry.kind in ("transcript", "reply") else entry.text
+    source = entry.meta.get("source_name")
+    by = f"{KIND_PHRASES.get(entry.kind, entry.kind)}" + (f", source '{source}'" if source else "")
+    return f"- {text} ({by}) at {at:%H:%M:%S} UTC on {at:%Y-%m-%d}, {_ago(now, entry.wall_time)}"
+
+
+def _ago(now: float, then: float) -> str:
+    minutes = max(0, round((now - then) / 60))
+    return "just now" if minutes == 0 else f"{minutes} min ago" if minutes < 120 else f"{minutes // 60} h ago"
+
+
+def fit_entries(hits: Sequence[SearchHit], max_entries: int, max_tokens: int, now: float,
+                formatter: Callable[[SearchHit, float], str] = format_entry) -> list[str]:
     lines, used = [], 0
     for hit in hits[:max_entries]:
-        line = format_entry(hit, now)
+        line = formatter(hit, now)
         cost = _approx_tokens(line)
         if used + cost > max_tokens:
             continue  # a shorter, lower-ranked entry may still fit

@@ -17,7 +17,7 @@ from models.llm import ChatMessage, LlmRequest
 from pipelines.errors import ApiError
 from pipelines.memory.entries import KINDS, TIMELINE_KINDS, SearchFilters
 from pipelines.memory.index import MemoryIndex
-from pipelines.memory.recall import fit_entries
+from pipelines.memory.recall import fit_entries, format_entry_time_last
 from pipelines.timeline.store import TimelineStore
 from server.config import Settings
 from server.engines import Engines
@@ -46,9 +46,12 @@ def reported(tool: _Tool) -> _Tool:
 
 MAX_EVENTS = 200  # a page of list_events (an agent's context is small: /api/events allows 500)
 
+# The example shows the small LLM the shape of a grounded answer: what happened, then the time the entry gives
+# (told only "say when", it copied the entry's words and left the time out).
 ASK_SYSTEM = ("You answer questions about what Vigil's cameras and microphones saw and heard, only from the "
-              "remembered entries below (most relevant first). Say when it happened. If they do not answer the "
-              "question, say that you do not remember it.\n")
+              "remembered entries below (most relevant first), in one sentence that says what happened and the "
+              "time the entry gives (e.g. 'A person entered zone 'door' at 14:05:09 UTC.'). If they do not answer "
+              "the question, say that you do not remember it.\n")
 
 
 class SourceWithScene(SourceInfo):
@@ -162,7 +165,8 @@ class VigilTools:
         hits = await index.search(question[:self.settings.memory.max_query_chars],
                                   SearchFilters(kinds=("transcript", "event", "scene", "alert"), source=source),
                                   config.ask_entries)
-        lines = fit_entries(hits, config.ask_entries, config.ask_context_tokens, time.time())
+        lines = fit_entries(hits, config.ask_entries, config.ask_context_tokens, time.time(),
+                            format_entry_time_last)
         remembered = "\n".join(lines) if lines else "(nothing in memory matches)"
         llm = await asyncio.to_thread(self.engines.llm)  # loads on first use: seconds
         request = LlmRequest(messages=[ChatMessage("system", ASK_SYSTEM + remembered),

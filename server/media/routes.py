@@ -171,7 +171,9 @@ async def get_source_scene(request: web.Request) -> web.Response:
 
 
 async def set_source_config(request: web.Request) -> web.Response:
-    return await _apply_config(request, _source_or_404(request).pipeline)
+    source = _source_or_404(request)
+    patch: SessionConfigPatch = await read_json_body(request, SessionConfigPatch)
+    return _json(_sources(request).configure(source, patch))
 
 
 async def create_source(request: web.Request) -> web.Response:

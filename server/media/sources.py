@@ -27,6 +27,7 @@ from server.engines import Analyzers
 from server.media.sessions import PipelineHost, TimelineFactory, serialize
 from server.metrics import SOURCE_STATES
 from server.metrics import SOURCES as RUNNING_SOURCES
+from server.mqtt.switches import SwitchStore
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +142,9 @@ class ManagedSource:
 
 class SourceManager(PipelineHost):
     def __init__(self, settings: Settings, analyzers: Analyzers | None = None,
-                 timeline: TimelineFactory | None = None) -> None:
+                 timeline: TimelineFactory | None = None, switches: SwitchStore | None = None) -> None:
         super().__init__(settings, analyzers, timeline)
+        self.switches = switches  # detection switched over MQTT, kept by source name across restarts
         self.sources: dict[str, ManagedSource] = {}
         # Called with (source id, new state) on every state change (the cluster republishes its listing then).
         self.state_listeners: list[Callable[[str, SourceState], None]] = []
@@ -174,6 +176,9 @@ class SourceManager(PipelineHost):
         config = self.settings.session_defaults()
         if request.options is not None:
             config = config.merged(request.options)
+        kept = self.switches.detect(request.name or source_id) if self.switches is not None else None
+        if kept is not None:  # the switch was flipped last: it wins over the request's options
+            config = config.merged(SessionConfigPatch.model_validate({"video": {"detect": kept}}))
         holder: dict[str, ManagedSource] = {}
         # As-fast-as-possible replay runs on media time, so two runs over one file give identical results.
         clock: Clock = VirtualClock() if kind == "file" and not request.realtime else WallClock()
@@ -204,6 +209,15 @@ class SourceManager(PipelineHost):
         source.reader.start()
         log.info("source %s started: %s %s", source_id, kind, shown)
         return source
+
+    def configure(self, source: ManagedSource, patch: SessionConfigPatch) -> Any:
+        """Apply a config patch (``POST /api/sources/{id}/config``); a change of ``video.detect`` is the detection
+        switch MQTT's ``detect/set`` flips, so it is kept across restarts the same way."""
+        config = source.pipeline.apply_config(patch)
+        detect = patch.video.detect if patch.video is not None else None
+        if detect is not None and self.switches is not None:
+            self.switches.set_detect(source.name or source.id, detect)
+        return config
 
     async def stop(self, source_id: str) -> bool:
         source = self.sources.pop(source_id, None)

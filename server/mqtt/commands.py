@@ -11,6 +11,7 @@ logged and dropped (nothing answers an MQTT publish)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from pipelines.protocol import SessionConfigPatch
@@ -19,6 +20,7 @@ from server.config.mqtt import MqttSettings
 from server.media.sessions import SessionRegistry
 from server.media.sources import SourceManager
 from server.mqtt.messages import Outgoing, Topics, topic_level
+from server.mqtt.switches import SwitchStore
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +34,12 @@ def on_off(payload: bytes) -> bool | None:
 
 class MqttCommands:
     def __init__(self, config: MqttSettings, sources: SourceManager, sessions: SessionRegistry,
-                 alerts: AlertSwitch) -> None:
+                 alerts: AlertSwitch, switches: SwitchStore | None = None) -> None:
         self.topics = Topics(config)
         self._sources = sources
         self._sessions = sessions
         self._alerts = alerts
+        self._switches = switches  # where a flip is kept across restarts (None: not kept)
 
     def subscriptions(self) -> list[str]:
         prefix = self.topics.prefix
@@ -45,13 +48,26 @@ class MqttCommands:
     def alerts_state(self) -> Outgoing:
         return Outgoing(f"{self.topics.prefix}/alerts/state", b"ON" if self._alerts.enabled else b"OFF", retain=True)
 
+    def kept_detect_states(self) -> list[tuple[str, Outgoing]]:
+        """The detection kept from before the restart, per source name: (its name in topics, its state message),
+        published at start-up so the retained state is right before the source is added again."""
+        kept = self._switches.detected_sources() if self._switches is not None else {}
+        return [(name, self._detect_message(name, on)) for name, on in kept.items()]
+
+    def watch_switches(self, publish: Callable[[str, Outgoing], None]) -> None:
+        """``publish(source, state)`` on every change of a kept detection switch (MQTT's or a REST patch's)."""
+        if self._switches is not None:
+            self._switches.add_detect_listener(lambda name, on: publish(name, self._detect_message(name, on)))
+
+    def _detect_message(self, name: str, enabled: bool) -> Outgoing:
+        return Outgoing(f"{self.topics.prefix}/{name}/detect/state", b"ON" if enabled else b"OFF", retain=True)
+
     def detect_state(self, source: str) -> Outgoing | None:
         found = self._find(source)
         if found is None:
             return None
         name, pipeline = found  # the topic's own spelling: the name if it has one, even when addressed by id
-        return Outgoing(f"{self.topics.prefix}/{name}/detect/state",
-                        b"ON" if pipeline.config.video.detect else b"OFF", retain=True)
+        return self._detect_message(name, pipeline.config.video.detect)
 
     def handle(self, topic: str, payload: bytes) -> list[Outgoing]:
         """One command; returns the state messages to publish."""
@@ -62,6 +78,8 @@ class MqttCommands:
                 log.warning("mqtt: %s takes ON or OFF", topic)
                 return []
             self._alerts.enabled = wanted
+            if self._switches is not None:
+                self._switches.set_alerts(wanted)
             log.info("mqtt: alerts turned %s", "on" if wanted else "off")
             return [self.alerts_state()]
         if len(levels) == 3 and levels[1:] == ["detect", "set"]:
@@ -79,7 +97,12 @@ class MqttCommands:
         if wanted is None or pipeline is None:
             log.warning("mqtt: %s: %s", topic, "no such source or session" if pipeline is None else "ON or OFF")
             return []
-        pipeline.apply_config(SessionConfigPatch.model_validate({"video": {"detect": wanted}}))
+        patch = SessionConfigPatch.model_validate({"video": {"detect": wanted}})
+        source_found = self._source(source)
+        if source_found is not None:  # kept across restarts, as the REST config patch keeps it
+            self._sources.configure(source_found, patch)
+        else:
+            pipeline.apply_config(patch)
         state = self.detect_state(source)
         return [state] if state is not None else []
 
@@ -91,6 +114,12 @@ class MqttCommands:
         if recorder is None or not text or not recorder.say(text):
             log.warning("mqtt: %s/say: %s", session, "no such session" if pipeline is None else
                         "nothing to say" if not text else "the session has no voice to say it with")
+
+    def _source(self, name: str) -> Any:
+        """A server-side source by its topic name or id (None: none, or a WebRTC session, whose id never
+        returns and so is not kept)."""
+        return next((s for s in list(self._sources.sources.values())
+                     if s.id == name or topic_level(s.name or s.id) == name), None)
 
     def _find(self, name: str) -> tuple[str, Any] | None:
         """A source by its topic name or id, else a session by id: (its name in topics, its pipeline)."""

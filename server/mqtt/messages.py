@@ -36,6 +36,13 @@ def object_id(*parts: str) -> str:
     return _OBJECT_ID_UNSAFE.sub("_", "_".join(parts)).lower()
 
 
+def entity_id_options(platform: str, entity: str) -> dict[str, str]:
+    """The entity id Home Assistant should give a discovered entity. ``default_entity_id`` since Home Assistant
+    2025.10, which deprecated ``object_id`` ("stops working in 2026.4"); not both, as a removed option may come to
+    be refused. Earlier releases drop the key they do not know and name the entity after the device and its name."""
+    return {"default_entity_id": f"{platform}.{entity}"}
+
+
 def source_of(entry: TimelineEntry) -> str:
     """The source as topics name it: its configured name (a server-side source), else the session or source id."""
     return topic_level(entry.source_name or entry.source)
@@ -100,15 +107,16 @@ def discovery_messages(config: MqttSettings, topics: Topics, source: str, label:
                     "payload_not_available": "offline"}
     sensor_id = object_id(node, source, label)
     sensor = {
-        "name": f"{source} {label} count", "unique_id": f"{sensor_id}_count", "object_id": sensor_id,
+        "name": f"{source} {label} count", "unique_id": f"{sensor_id}_count",
+        **entity_id_options("sensor", sensor_id),
         "state_topic": topics.count(source, label), "unit_of_measurement": label, "state_class": "measurement",
         "icon": "mdi:account-multiple" if label == "person" else "mdi:shape", "device": device, **availability,
     }
     out = [Outgoing(f"{topics.discovery_prefix}/sensor/{sensor_id}/config", encode(sensor), retain=True)]
     if config.snapshots:
         camera = {"name": f"{source} {label} snapshot", "unique_id": f"{sensor_id}_snapshot",
-                  "object_id": f"{sensor_id}_snapshot", "topic": topics.snapshot(source, label), "device": device,
-                  **availability}
+                  **entity_id_options("camera", f"{sensor_id}_snapshot"), "topic": topics.snapshot(source, label),
+                  "device": device, **availability}
         out.append(Outgoing(f"{topics.discovery_prefix}/camera/{sensor_id}/config", encode(camera), retain=True))
     return out
 
@@ -118,7 +126,8 @@ def switch_discovery(config: MqttSettings, topics: Topics, key: str, name: str, 
     """Home Assistant discovery of a switch Vigil obeys (``server.mqtt.commands``): a source's detection, alerts."""
     node = object_id(config.client_id)
     switch_id = object_id(node, key)
-    switch = {"name": name, "unique_id": switch_id, "object_id": switch_id, "command_topic": command_topic,
+    switch = {"name": name, "unique_id": switch_id, **entity_id_options("switch", switch_id),
+              "command_topic": command_topic,
               "state_topic": state_topic, "payload_on": "ON", "payload_off": "OFF",
               "device": {"identifiers": [node], "name": f"Vigil ({config.client_id})", "manufacturer": "Vigil",
                          "model": "stream analysis server"},

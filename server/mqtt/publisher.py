@@ -92,6 +92,9 @@ class MqttPublisher:
                 prefix = self.topics.prefix
                 self._set_state(switch_discovery(self.config, self.topics, "alerts", "Vigil alerts",
                                                  f"{prefix}/alerts/set", f"{prefix}/alerts/state"))
+            for source, state in self._commands.kept_detect_states():  # as switched before the restart
+                self._detect_switch(source, state)
+            self._commands.watch_switches(self._detect_switch)
         self._task = asyncio.create_task(self._run(), name="mqtt:publisher")
 
     async def close(self) -> None:
@@ -145,12 +148,7 @@ class MqttPublisher:
         if source not in self._counts and self._commands is not None:  # a new source: its detection switch
             state = self._commands.detect_state(source)
             if state is not None:
-                if self.config.discovery:
-                    prefix = self.topics.prefix
-                    self._set_state(switch_discovery(self.config, self.topics, f"{source}_detect",
-                                                     f"{source} detection", f"{prefix}/{source}/detect/set",
-                                                     state.topic))
-                self._set_state(state)
+                self._detect_switch(source, state)
         known = self._counts.setdefault(source, {})
         for label in sorted(set(known) | set(counts)):
             count = int(counts.get(label, 0))
@@ -161,6 +159,13 @@ class MqttPublisher:
                     self._set_state(message)
             known[label] = count
             self._set_state(Outgoing(self.topics.count(source, label), str(count).encode(), retain=True))
+
+    def _detect_switch(self, source: str, state: Outgoing) -> None:
+        if self.config.discovery:
+            prefix = self.topics.prefix
+            self._set_state(switch_discovery(self.config, self.topics, f"{source}_detect", f"{source} detection",
+                                             f"{prefix}/{source}/detect/set", state.topic))
+        self._set_state(state)
 
     def _snapshot_committed(self, ids: list[str], relative: str) -> None:
         if not self._snapshots or self._store is None:

@@ -9,6 +9,7 @@ import json
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from pipelines.timeline.store import TimelineEntry, TimelineStore
-from tests.support.media import make_clip
+from tests.support.media import keyframed_sliding_person, make_clip
 from tests.support.vigil_process import VigilProcess
+from tests.support.zone_entry import RIGHT_HALF
 
 TOKEN = "mcp-test-token"
 TOOLS = {"search_memory", "list_events", "list_sources", "get_snapshot_url", "list_faces", "ask"}
@@ -157,5 +159,49 @@ async def test_without_a_token_it_is_open(tmp_path: Path):
         async with aiohttp.ClientSession() as http, http.get(f"{server.url}/mcp") as response:
             # Stateless: no server-initiated stream to hold open (the SDK's transport would wait forever).
             assert response.status == 405 and (await response.json())["error"]["code"] == "method_not_allowed"
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+GATE = {**RIGHT_HALF, "name": "gate"}
+
+
+def _wait_for_enter(server: VigilProcess, timeout: float = 60.0) -> dict[str, Any]:
+    """The replay's zone.enter into the gate, once the timeline stored it and memory indexed it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        events = _rest(server, "/api/events?name=zone.enter")["events"]
+        if events and _rest(server, "/api/search?q=entered+zone+gate&mode=keyword")["results"]:
+            return events[0]
+        assert time.monotonic() < deadline, f"no zone.enter indexed in time:\n{server.log()}"
+        time.sleep(0.25)
+
+
+async def test_an_agent_finds_when_someone_entered_the_gate_zone(tmp_path: Path):
+    """A replayed video of a person walking into the gate zone (YOLO, the packaged LLM): the agent lists the tools,
+    finds the enter event, and asks in words; the answer carries the event's time."""
+    (tmp_path / "media").mkdir()
+    keyframed_sliding_person(tmp_path / "media" / "slide.mp4")
+    config = {"memory": {"enabled": True}, "sources": {"media_root": str(tmp_path / "media")},
+              "models": {"detector": {"backend": "yolo"}}, "video": {"target_fps": 5},
+              "voice": {"enabled": False}, "webrtc": {"host_addresses": ["127.0.0.1"]}}
+    server = await asyncio.to_thread(VigilProcess(tmp_path, config, token=TOKEN, memory_off=False).start)
+    try:
+        await asyncio.to_thread(_rest, server, "/api/sources", {
+            "path": "slide.mp4", "name": "entrance", "realtime": False, "options": {"video": {"zones": [GATE]}}})
+        enter = await asyncio.to_thread(_wait_for_enter, server)
+        async with mcp_client(server, TOKEN) as client:
+            assert {tool.name for tool in (await client.list_tools()).tools} == TOOLS
+
+            found = (await _call(client, "list_events", {"name": "zone.enter", "source": enter["source"]}))["events"]
+            gate = [e for e in found if e["data"]["zone"] == "gate" and e["data"]["label"] == "person"]
+            assert [e["id"] for e in gate] == [enter["id"]]
+            assert gate[0]["wall_ts"] == pytest.approx(time.time(), abs=120)
+
+            answer = await _call(client, "ask", {"question": "When did someone enter the gate zone?"})
+        cited = [r for r in answer["results"] if r["event_id"] == enter["id"]]
+        assert cited and cited[0]["wall_time"] == pytest.approx(enter["wall_ts"], abs=0.01), answer["results"]
+        at = datetime.fromtimestamp(enter["wall_ts"], UTC)
+        assert at.strftime("%H:%M") in answer["answer"] and "gate" in answer["answer"], answer
     finally:
         await asyncio.to_thread(server.stop)

@@ -26,9 +26,10 @@ from server.engines import Analyzers
 from server.mqtt.publisher import MQTT_PUBLISHER
 from server.state import TIMELINE
 from tests.integration.test_sources import Watcher
-from tests.support.media import keyframed_sliding_person
+from tests.support.media import keyframed_sliding_person, make_clip
 from tests.support.mosquitto import MosquittoServer
 from tests.support.ports import free_port
+from tests.support.vigil_process import VigilProcess
 from tests.support.zone_entry import RIGHT_HALF, ZoneEntryAnalyzerForTest
 
 
@@ -264,9 +265,9 @@ class ZoneEntryAtOnceAnalyzerForTest(ZoneEntryAnalyzerForTest):
         return True
 
 
-async def _publish(port: int, topic: str, payload: bytes) -> None:
+async def _publish(port: int, topic: str, payload: bytes, *, retain: bool = False) -> None:
     async with aiomqtt.Client("127.0.0.1", port) as client:
-        await client.publish(topic, payload, qos=1)
+        await client.publish(topic, payload, qos=1, retain=retain)
 
 
 async def _source(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -380,3 +381,64 @@ async def test_say_is_spoken_on_a_voice_session_and_stored_as_an_alert(vigil, mo
     said = [m.json() for m in watcher.on("vigil/events") if m.json()["type"] == "alert"]
     assert [(a["source"], a["event"], a["text"], a["spoken"]) for a in said] == [
         (session_id, "say", "The parcel has arrived at the door.", True)]
+
+
+async def _retained(port: int, topics: tuple[str, ...]) -> dict[str, bytes]:
+    """What a subscriber that comes now is told at once on ``topics``: the retained messages."""
+    late = MqttWatcher(port, topics=topics)
+    async with late.listening():
+        await late.wait(lambda seen: {m.topic for m in seen} >= set(topics))
+    assert all(m.retain for m in late.seen)
+    return {m.topic: m.payload for m in late.seen}
+
+
+async def test_switches_are_kept_across_a_restart(broker: MosquittoServer, tmp_path: Path):
+    """Real `vigil serve` processes on one data dir: detection and alerts switched off over MQTT stay off after a
+    restart, and the restarted server says so on the retained state topics (wiped from the broker meanwhile)."""
+    (tmp_path / "media").mkdir()
+    make_clip(tmp_path / "media" / "clip.mp4", seconds=2.0)
+    config = {"mqtt": _mqtt(broker.port), "storage": {"data_dir": str(tmp_path / "data")},
+              "sources": {"media_root": str(tmp_path / "media")}, "models": {"detector": {"backend": "none"}},
+              "voice": {"enabled": False}}
+    states = ("vigil/yard/detect/state", "vigil/alerts/state")
+    yard = {"path": "clip.mp4", "name": "yard", "loop": True}
+
+    first = await asyncio.to_thread(VigilProcess(tmp_path, config).start)
+    try:
+        source = await asyncio.to_thread(first.api, "POST", "/api/sources", yard)
+        watcher = MqttWatcher(broker.port, topics=states)
+        async with watcher.listening():
+            await watcher.wait(lambda seen: any(m.topic == "vigil/alerts/state" for m in seen))
+            await _publish(broker.port, "vigil/yard/detect/set", b"OFF")
+            await _publish(broker.port, "vigil/alerts/set", b"OFF")
+            await watcher.wait(lambda seen: {(m.topic, m.payload) for m in seen} >= {(t, b"OFF") for t in states})
+        detect = (await asyncio.to_thread(first.api, "GET", f"/api/sources/{source['id']}"))["config"]["video"]
+        assert detect["detect"] is False
+    finally:
+        await asyncio.to_thread(first.stop)
+    for topic in states:  # an empty retained message deletes it: only the restarted server can say OFF again
+        await _publish(broker.port, topic, b"", retain=True)
+
+    second = await asyncio.to_thread(VigilProcess(tmp_path, config).start)
+    try:
+        assert await _retained(broker.port, states) == dict.fromkeys(states, b"OFF")  # before the source is back
+        again = await asyncio.to_thread(second.api, "POST", "/api/sources", yard)  # a new id, the same name
+        assert again["id"] != source["id"]
+        info = await asyncio.to_thread(second.api, "GET", f"/api/sources/{again['id']}")
+        assert info["config"]["video"]["detect"] is False
+        other = await asyncio.to_thread(second.api, "POST", "/api/sources", {**yard, "name": "lawn"})
+        assert (await asyncio.to_thread(second.api, "GET", f"/api/sources/{other['id']}"))["config"]["video"][
+            "detect"] is True  # only the switched source
+
+        # The REST config patch is the same switch: kept, and the retained state follows it.
+        watcher = MqttWatcher(broker.port, topics=states)
+        async with watcher.listening():
+            await asyncio.to_thread(second.api, "POST", f"/api/sources/{again['id']}/config",
+                                    {"video": {"detect": True}})
+            await _publish(broker.port, "vigil/alerts/set", b"ON")
+            await watcher.wait(lambda seen: {(m.topic, m.payload) for m in seen} >= {(t, b"ON") for t in states})
+        assert json.loads((tmp_path / "data" / "switches.json").read_text()) == {"detect": {"yard": True},
+                                                                                 "alerts": True}
+        assert await _retained(broker.port, states) == dict.fromkeys(states, b"ON")
+    finally:
+        await asyncio.to_thread(second.stop)

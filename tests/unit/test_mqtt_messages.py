@@ -41,6 +41,9 @@ def test_discovery_describes_a_count_sensor_and_a_snapshot_camera():
     body = json.loads(sensor.payload)
     assert body["state_topic"] == "home/vigil/porch/person" and body["availability_topic"] == "home/vigil/available"
     assert json.loads(camera.payload)["topic"] == "home/vigil/porch/person/snapshot"
+    # Home Assistant's entity ids, as it asks since 2025.10 (object_id is deprecated there)
+    assert body["default_entity_id"] == "sensor.vigil_porch_person" and "object_id" not in body
+    assert json.loads(camera.payload)["default_entity_id"] == "camera.vigil_porch_person_snapshot"
     assert len(discovery_messages(MqttSettings(snapshots=False), Topics(MqttSettings()), "porch", "person")) == 1
 
 
