@@ -40,8 +40,8 @@ from server.engines import ENGINES
 from server.state import MEMORY, TIMELINE
 from tests.integration.test_sources import Watcher
 from tests.support import face_photos
-from tests.support.face_photos import ENROLLED, evaluate, photo_bytes, photo_rgb, precision_recall
-from tests.support.media import letterbox, real_image, write_video
+from tests.support.face_photos import ENROLLED, evaluate, photo_bytes, photo_rgb, precision_recall, write_arrivals
+from tests.support.media import real_image, write_video
 from tests.support.vigil_process import VigilProcess
 
 TOKEN = {"Authorization": "Bearer s3cret"}
@@ -271,11 +271,7 @@ async def test_the_faces_api_enrols_lists_and_deletes_with_clear_errors_and_the_
 def arrivals(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A camera's view: nobody, then Barack (a photo his enrolment did not use), then the astronaut."""
     root = tmp_path_factory.mktemp("faces-media")
-    empty = np.full((480, 640, 3), 114, np.uint8)
-    # 3 s of nobody between the two: longer than a lost track is kept (2 s), so the astronaut gets a new track
-    pictures = [empty] * 5 + [letterbox(photo_rgb("obama2.jpg"), (640, 480))] * 15
-    pictures += [empty] * 30 + [letterbox(real_image("astronaut"), (640, 480))] * 15
-    write_video(root / "arrivals.mp4", pictures, fps=10)
+    write_arrivals(root / "arrivals.mp4")
     return root
 
 
