@@ -13,7 +13,11 @@ profile-ish; tilted 25°; small: shrunk so the largest face is 50 px; dim; cover
 for both face models in one run: the default (CenterFace + dlib's ResNet) and HOG (``backend: dlib``), with the
 faces each found, precision and recall of names, the cost per face and the similarities that place the threshold.
 
-Run (about two minutes on 2 CPU cores; the photos come from scripts/setup.sh)::
+Last, small faces by size: every person facing the camera with a face of 80 px or more, the photo shrunk so that
+their face is 30, 40, 50, 60 and 80 px wide (as ``face_region`` measures it), found again by the pose model and
+looked at by the default face model as it is and as changed (side by side, same people, same run).
+
+Run (about four minutes on 2 CPU cores; the photos come from scripts/setup.sh)::
 
     cd /work/main && .venv/bin/python -m bench.faces
 """
@@ -36,16 +40,24 @@ import cv2
 import numpy as np
 
 from models.detectors import load_detector
+from models.faces import FaceBox
 from models.faces.centerface import CenterFaceConfig, CenterFaceFaces
 from models.faces.dlib import DlibFaces, DlibFacesConfig
 from models.plates.rapidocr import RapidOcr, RapidOcrConfig
-from pipelines.video.faces import FACE_PX, FaceGallery, FaceRecognitionConfig, FaceRecognizer, face_region
+from pipelines.video.faces import (
+    FACE_PX,
+    FaceGallery,
+    FaceRecognitionConfig,
+    FaceRecognizer,
+    face_region,
+)
 from pipelines.video.plates import PlateReader, PlateReadingConfig
 from server.config import load_settings
 from tests.support.face_photos import (
     BARACK,
     CHANGES,
     ENROLLED,
+    _sorted_people,
     case_probes,
     evaluate,
     evaluate_cases,
@@ -127,6 +139,7 @@ def main() -> None:
         for photo, index, truth, got in labelled:
             print(f"  {photo:<12} person {index}: truth {truth or '-':<7} got {got or '-'}")
         _cases(pose, faces, Path(tmp))
+        _sizes(pose, faces, Path(tmp))
         reader.executor.shutdown()
         recognizer.executor.shutdown()
         hog.executor.shutdown()
@@ -186,6 +199,89 @@ def _cases(pose: object, faces: FaceRecognitionConfig, tmp: Path) -> None:
               f"{max(other, default=float('nan')):.3f} (n {len(other)}); threshold {threshold}")
         missed = [f"{r['case']}:{r['photo']}#{r['index']}" for r in rows if r["truth"] and r[name][0] != r["truth"]]
         print(f"  {name} missed: {', '.join(missed) or 'none'}")
+
+
+SIZES = (30, 40, 50, 60, 80)  # face widths (px) the sizes sweep shrinks each face to
+
+
+class _BoxWidth(FaceRecognizer):
+    """The setting before, kept for the side-by-side: the found face held to min_face_px by CenterFace's box (~15 %
+    narrower than the width face_region estimated it at from the pose keypoints)."""
+
+    def found_face_px(self, face: FaceBox) -> float:
+        return float(face.width)
+
+
+def _sizes(pose: object, faces: FaceRecognitionConfig, tmp: Path) -> None:
+    """Each face that shows (>= 80 px, facing the camera) shrunk to each of SIZES; Barack enrolled from each of his
+    photos in turn and probed with the other two, the strangers once; every variant on the same shrunk photos."""
+    variants: dict[str, tuple[type[FaceRecognizer], CenterFaceFaces]] = {
+        "box width (before)": (_BoxWidth, CenterFaceFaces(CenterFaceConfig())),
+        "landmark width (now)": (FaceRecognizer, CenterFaceFaces(CenterFaceConfig())),
+        "min_score 0.3": (FaceRecognizer, CenterFaceFaces(CenterFaceConfig(min_score=0.3))),
+    }
+    rows: list[dict[str, object]] = []
+    for turn, enrolled_from in enumerate(BARACK):
+        recognizers = {}
+        for name, (kind, model) in variants.items():
+            recognizers[name] = kind(model, FaceGallery(tmp / f"sizes-{name}-{turn}"), faces)
+            recognizers[name].enrol("Barack", [photo_bytes(enrolled_from)])
+            recognizers[name].enrol("Joe", [photo_bytes(ENROLLED["Joe"])])
+        for photo, truth in case_probes(enrolled_from, strangers_too=turn == 0).items():
+            rows += _shrunk_looks(pose, photo, truth, recognizers)
+        for recognizer in recognizers.values():
+            recognizer.executor.shutdown()
+    print(f"\nsmall faces: {len({(r['photo'], r['index']) for r in rows if r['size'] == SIZES[0]})} faces of 80 px "
+          f"or more facing the camera, each shrunk to {', '.join(map(str, SIZES))} px; seen = the pose model still "
+          f"finds them facing (nose and eyes); found = a face found, embedded and matched; named = Barack's")
+    header = f"{'face px':<8} {'people':>6} {'seen':>5} {'Barack':>6}"
+    for name in variants:
+        header += f" | {name + ' found':>26} {'prec':>5} {'recall':>6}"
+    print(header)
+    for size in SIZES:
+        chosen = [r for r in rows if r["size"] == size]
+        seen = sum(1 for r in chosen if r["seen"])
+        line = f"{size:<8} {len(chosen):>6} {seen:>5} {sum(1 for r in chosen if r['truth']):>6}"
+        for name in variants:
+            precision, recall, *_ = precision_recall([(r["photo"], r["index"], r["truth"], r[name][0])  # type: ignore[index]
+                                                      for r in chosen])
+            found = sum(1 for r in chosen if r[name][1])  # type: ignore[index]
+            line += f" | {found:>20}/{len(chosen):<5} {precision:>5.2f} {recall:>6.2f}"
+        print(line)
+    for name in variants:
+        wrong = [f"{r['size']}px:{r['photo']}#{r['index']}->{r[name][0]}" for r in rows  # type: ignore[index]
+                 if r[name][0] is not None and r[name][0] != r["truth"]]  # type: ignore[index]
+        missed = [f"{r['size']}px:{r['photo']}#{r['index']}" for r in rows
+                  if r["seen"] and not r[name][1]]  # type: ignore[index]
+        print(f"  {name}: wrong names {', '.join(wrong) or 'none'}; seen but not found {', '.join(missed) or 'none'}")
+
+
+def _shrunk_looks(pose: object, photo: str, truth: str | None, recognizers: dict[str, FaceRecognizer],
+                  ) -> list[dict[str, object]]:
+    """For each person of ``photo`` facing the camera with a face of 80 px or more (the largest first: the one
+    ``truth`` names), the photo shrunk to each of SIZES and that person looked at again by every recognizer."""
+    original = probe_rgb(photo)
+    height, width = original.shape[:2]
+    rows: list[dict[str, object]] = []
+    for index, person in enumerate(_sorted_people(pose, original)):
+        region = face_region(person.box, person.keypoints, width, height, 1)
+        if region is None or region[1] < 80:
+            continue
+        nose = np.array(person.keypoints[0][:2])
+        for size in SIZES:
+            scale = size / region[1]
+            small = cv2.resize(original, (round(width * scale), round(height * scale)), interpolation=cv2.INTER_AREA)
+            again = [p for p in _sorted_people(pose, small) if p.keypoints is not None
+                     and float(np.abs(np.array(p.keypoints[0][:2]) - nose).max()) < 0.03]
+            seen = bool(again) and face_region(again[0].box, again[0].keypoints, small.shape[1], small.shape[0],
+                                               1) is not None
+            row: dict[str, object] = {"size": size, "photo": photo, "index": index,
+                                      "truth": truth if index == 0 else None, "seen": seen}
+            for name, recognizer in recognizers.items():
+                identity = recognizer.identify(small, again[0].box, again[0].keypoints) if again else None
+                row[name] = (identity.name if identity else None, identity is not None)
+            rows.append(row)
+    return rows
 
 
 def _centerface_scores(pose: object) -> None:

@@ -51,7 +51,8 @@ const state = {
 window.vigilState = state;
 
 const api = new Api();
-const timeline = new Timeline(api, state, $("timeline-panel"));
+// "this is …" / "not this person" on the timeline change who is known: the people panel shows it.
+const timeline = new Timeline(api, state, $("timeline-panel"), { onPeopleChanged: () => faces.load() });
 const overlay = new Overlay($("overlay"), $("video"));
 const turnChart = new BarChart($("turn-chart"), $("turn-legend"), [
   { name: "final transcript", colour: "#60a5fa" },
@@ -711,7 +712,7 @@ new SearchPanel({
 });
 const faces = new FacesPanel({
   api, state, form: $("faces-form"), name: $("faces-name"), file: $("faces-file"), list: $("faces-list"),
-  status: $("faces-status"),
+  status: $("faces-status"), known: $("faces-known"),
   onError: (error) => (error instanceof ApiError && error.unauthorized ? askForToken(error.message)
     : reportError(error.code, `People: ${error.message}`, { banner: false })),
 });

@@ -1,6 +1,8 @@
 // The timeline panel: stored events (GET /api/events) with snapshot thumbnails, filters, and the event's clip
 // played in place on a click. New events of the connected session or source appear live (their ``event`` message
 // carries the stored id; a ``clip`` message says when its clip is ready); other streams' on the next poll.
+// A person's event says who they are: "this is …" enrols the face from that event under a name (typed, or picked
+// from the people already known), and "not this person" tells the server a recognised event named the wrong one.
 // State for tests: ``window.vigilState.timeline``.
 
 const POLL_MS = 5000;
@@ -10,9 +12,10 @@ const NAMES = {
 };
 
 export class Timeline {
-  constructor(api, state, root) {
+  constructor(api, state, root, { onPeopleChanged = () => {} } = {}) {
     this.api = api;
     this.state = state;
+    this.onPeopleChanged = onPeopleChanged;
     this.list = root.querySelector("#timeline");
     this.filters = {
       source: root.querySelector("#timeline-source"), name: root.querySelector("#timeline-name"),
@@ -113,7 +116,53 @@ export class Timeline {
     li.innerHTML = `<div class="media"></div><div class="text"><b class="name"></b><span class="detail"></span>
       <span class="when muted"></span></div>`;
     li.addEventListener("click", () => this.play(item.id));
+    if (item.kind === "event" && (item.data || {}).label === "person") li.append(this.faceActions(item.id));
     return li;
+  }
+
+  /** "this is …" and "not this person" under a person's event; built once per row, so that a name being typed
+   * survives the polls' re-renders (``update`` only shows or hides "not this person"). */
+  faceActions(id) {
+    const actions = document.createElement("form");
+    actions.className = "face-actions";
+    actions.innerHTML = `<input class="who" type="text" list="faces-known" placeholder="this is …" size="12"
+      maxlength="64" aria-label="who this is"><button type="submit" class="this-is">this is</button>
+      <button type="button" class="not-this-person">not this person</button><span class="said muted"></span>`;
+    // A click in the form is not a click on the row (which plays the clip).
+    actions.addEventListener("click", (event) => event.stopPropagation());
+    actions.addEventListener("submit", (event) => { event.preventDefault(); this.thisIs(id, actions); });
+    actions.querySelector(".not-this-person").addEventListener("click", () => this.notThisPerson(id, actions));
+    return actions;
+  }
+
+  async thisIs(id, actions) {
+    const name = actions.querySelector(".who").value.trim();
+    const said = actions.querySelector(".said");
+    if (!name) { said.textContent = "Type or pick a name."; return; }
+    try {
+      const person = await this.api.request(`/api/faces/${encodeURIComponent(name)}`,
+        { method: "POST", body: { event_id: id } });
+      said.textContent = `Enrolled as ${person.name} (${person.faces} photo(s)).`;
+      actions.querySelector(".who").value = "";
+      this.onPeopleChanged();
+    } catch (error) {
+      said.textContent = `Not enrolled: ${error.message}`; // e.g. no face on the snapshot, an event without a box
+    }
+  }
+
+  async notThisPerson(id, actions) {
+    const said = actions.querySelector(".said");
+    try {
+      const marked = await this.api.request(`/api/events/${encodeURIComponent(id)}/not-this-person`,
+        { method: "POST" });
+      said.textContent = `Not ${marked.name}: this face will not be named ${marked.name} again.`;
+      const item = this.state.timeline.items.find((i) => i.id === id);
+      if (item) item.data = { ...item.data, identity: undefined }; // the server took the name from the event
+      this.render(this.state.timeline.playing);
+      this.onPeopleChanged();
+    } catch (error) {
+      said.textContent = `Not changed: ${error.message}`;
+    }
   }
 
   update(li, item, playing) {
@@ -123,7 +172,10 @@ export class Timeline {
     li.querySelector(".name").textContent = item.kind === "alert" ? "alert" : (NAMES[item.name] || item.name);
     li.querySelector(".detail").textContent = item.kind === "alert" ? ` “${item.text || ""}”`
       : ` ${data.label || ""}${data.track_id ? ` #${data.track_id}` : ""}${place ? ` · ${place}` : ""}`
-        + (data.score != null ? ` · ${Math.round(data.score * 100)}%` : "");
+        + (data.score != null ? ` · ${Math.round(data.score * 100)}%` : "")
+        + (data.identity && data.identity.name ? ` · ${data.identity.name}` : "");
+    const notThisPerson = li.querySelector(".not-this-person");
+    if (notThisPerson) notThisPerson.hidden = !(data.identity && data.identity.name);
     const when = new Date(item.wall_ts * 1000).toLocaleTimeString();
     li.querySelector(".when").textContent = `${when} · ${item.source_name || item.source}`;
     const media = li.querySelector(".media");

@@ -347,7 +347,7 @@ def test_people_panel_enrols_from_a_photo_and_deletes(browser: Any, live_server:
         page.click("#faces-form button[type=submit]")
         wait_for(page, "s.faces.people.length === 1 && s.faces.error === null", 30)
         assert page.text_content("#faces-list").startswith("Barack (1)")
-        page.click("#faces-list button")
+        page.click("#faces-list button.delete")
         wait_for(page, "s.faces.people.length === 0", 30)
         assert "deleted" in page.text_content("#faces-status")
     finally:

@@ -85,6 +85,18 @@ PROBES: dict[str, str | None] = {
 }
 
 
+def write_arrivals(path: Path) -> Path:
+    """A camera's view as a 10 fps video: nobody, then Barack (obama2.jpg, a photo his enrolment from obama.jpg
+    does not use), then 3 s of nobody (longer than a lost track is kept, 2 s: the next person gets a new track),
+    then the astronaut (Eileen Collins, whom nobody enrolled)."""
+    from tests.support.media import letterbox, real_image, write_video
+
+    empty = np.full((480, 640, 3), 114, np.uint8)
+    pictures = [empty] * 5 + [letterbox(photo_rgb("obama2.jpg"), (640, 480))] * 15
+    pictures += [empty] * 30 + [letterbox(real_image("astronaut"), (640, 480))] * 15
+    return write_video(path, pictures, fps=10)
+
+
 def probe_rgb(name: str) -> np.ndarray:
     if name.endswith(".jpg"):
         return photo_rgb(name)
