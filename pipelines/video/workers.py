@@ -58,6 +58,7 @@ SHM_PREFIX = "vigil-det-"
 IDLE_BLOCK_S = 30.0  # a stream that sent nothing this long has ended (analysers are not told): free its block
 HEARTBEAT_S = 0.5
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # after failed starts in a row (a broken model keeps failing)
+_block_ids = itertools.count()  # per process, not per pool: two pools in one process never share a block name
 
 
 class DetectorOutage(RuntimeError):
@@ -133,7 +134,6 @@ class DetectorWorkers:
         self._streams: dict[int, _StreamBlock] = {}
         self._lock = threading.Lock()  # workers' state, streams' blocks: loop, conversion, reader, monitor threads
         self._request_ids = itertools.count()
-        self._block_ids = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = threading.Event()
         self._monitor: threading.Thread | None = None
@@ -261,7 +261,7 @@ class DetectorWorkers:
 
     def _new_block(self, shape: tuple[int, int, int]) -> SharedMemory:
         size = shape[0] * shape[1] * shape[2] * SLOTS_PER_STREAM
-        return SharedMemory(f"{SHM_PREFIX}{os.getpid()}-{next(self._block_ids)}", create=True, size=size)
+        return SharedMemory(f"{SHM_PREFIX}{os.getpid()}-{next(_block_ids)}", create=True, size=size)
 
     def _least_loaded(self) -> int:
         counts = [0] * len(self._workers)
