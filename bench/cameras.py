@@ -571,7 +571,8 @@ def detector_rate(device: str, half: bool, seconds: float) -> None:
 
 
 async def cameras(workdir: Path, levels: list[int], seconds: float, warmup: float, turns: int,
-                  detector: dict[str, Any] | None = None, ungated: bool = True) -> None:
+                  detector: dict[str, Any] | None = None, ungated: bool = True,
+                  detector_workers: int | None = None) -> None:
     from tests.support.browser import REPO_ROOT
 
     media = workdir / "media"
@@ -598,10 +599,15 @@ async def cameras(workdir: Path, levels: list[int], seconds: float, warmup: floa
         base["sessions"] = {"max_sources": max(levels) + 2}
     if detector:
         base["models"] = {"detector": detector}
+    video: dict[str, Any] = {}  # the served video section; variants below add to it
+    if detector_workers is not None:
+        video["detector_workers"] = detector_workers
+        base["video"] = dict(video)
+    ungated_video = {**video, "motion": {"enabled": False}}
     configs: list[tuple[str, dict[str, Any]]] = []
     if motion_gating_available(workdir, REPO_ROOT):
         if ungated:  # first: it also analyses the reference passes
-            configs.append(("ungated", {**base, "video": {"motion": {"enabled": False}}}))
+            configs.append(("ungated", {**base, "video": ungated_video}))
         configs.append(("gated (default)", base))
     else:
         print("motion gating not available (the server refuses video.motion): running ungated only", flush=True)
@@ -613,7 +619,7 @@ async def cameras(workdir: Path, levels: list[int], seconds: float, warmup: floa
             # --no-ungated: the references need detection on every frame, from a server of their own
             print("reference passes from a short-lived ungated server", flush=True)
             _, _, references = await serve_and_measure(workdir, media, "reference", {
-                **base, "video": {"motion": {"enabled": False}}}, [], seconds, warmup, 0, None, max(levels))
+                **base, "video": ungated_video}, [], seconds, warmup, 0, None, max(levels))
         phases, idle, references = await serve_and_measure(workdir, media, label, config, levels, seconds, warmup,
                                                            turns, references, max(levels))
         runs[label] = (phases, idle)

@@ -207,13 +207,17 @@ class VideoClientsProcess:
 
 
 async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float, size: tuple[int, int],
-                   inference_nice: int | None = None) -> None:
+                   inference_nice: int | None = None, detector_workers: int | None = None) -> None:
     config: dict[str, Any] = {"webrtc": {"host_addresses": ["127.0.0.1"]}, "grpc": {"port": 0},
                               "sessions": {"max_sessions": max(levels) + 2}}  # everything else: the defaults
-    shown = "default config"
+    video: dict[str, Any] = {}
     if inference_nice is not None:  # a side-by-side variant
-        config["video"] = {"inference_nice": inference_nice}
-        shown = f"default config but video.inference_nice {inference_nice}"
+        video["inference_nice"] = inference_nice
+    if detector_workers is not None:
+        video["detector_workers"] = detector_workers
+    if video:
+        config["video"] = video
+    shown = "default config" + (f" but video {video}" if video else "")
     server = await asyncio.to_thread(VigilProcess(workdir, config).start)
     print(f"\nvigil serve ({shown}, default CPU models) at {server.url}; each video session: pre-encoded VP8 "
           f"{size[0]}x{size[1]} paced at {CAMERA_FPS} fps (no client-side encoding), target_fps {TARGET_FPS:g}, "
@@ -461,13 +465,14 @@ async def main(opts: argparse.Namespace) -> None:
             if detector:
                 await asyncio.to_thread(detector_rate, opts.detector_device, opts.half, min(opts.seconds, 10.0))
             await cameras(workdir, opts.cameras, opts.seconds, opts.warmup, opts.turns, detector,
-                          ungated=not opts.no_ungated)
+                          ungated=not opts.no_ungated, detector_workers=opts.detector_workers)
             print(f"load average at end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
             return
         if "capacity" in opts.parts:
             width, height = (int(v) for v in opts.size.split("x"))
             for nice in opts.inference_nice or [None]:
-                await capacity(workdir, opts.levels, opts.turns, opts.warmup, (width, height), nice)
+                await capacity(workdir, opts.levels, opts.turns, opts.warmup, (width, height), nice,
+                               opts.detector_workers)
         if "detector" in opts.parts:
             await asyncio.to_thread(detector_throughput, workdir, opts.seconds, opts.batch)
         if "takeover" in opts.parts:
@@ -488,6 +493,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--inference-nice", type=int, nargs="+",
                         help="capacity: run the ramp once per value of video.inference_nice (default: the default "
                              "config only)")
+    parser.add_argument("--detector-workers", type=int, metavar="N",
+                        help="capacity and cameras: serve with video.detector_workers N (0: detection in process; "
+                             "default: the server's default)")
     parser.add_argument("--turns", type=int, default=5, help="voice turns measured per step")
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds after adding sessions before measuring")
     parser.add_argument("--seconds", type=float, default=8.0,

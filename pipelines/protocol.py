@@ -374,6 +374,9 @@ class VideoCounts(_Outbound):
     frames_dropped: int = Field(0, description="Sampled frames replaced by a newer one before analysis.")
     frames_no_motion: int = Field(0, description=(
         "Sampled frames not sent to the detector: no motion, and no object due for a refresh (video.motion)."))
+    frames_failed: int = Field(0, description=(
+        "Sampled frames whose analysis failed: a detector outage (a worker process restarting, an inference server "
+        "down) or a model error; the session goes on."))
 
 
 class AudioCounts(_Outbound):

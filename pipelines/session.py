@@ -287,6 +287,8 @@ class SessionPipeline:
         try:
             result = await self._video_analyzer.analyze(sampled)
         except Exception as error:  # a bad frame or model failure must not end the session
+            self.counts.video.frames_failed += 1
+            self._metrics.frames_failed.inc()
             # A remote detector that is down (code detector_unavailable) fails every frame: say so once per outage.
             code = getattr(error, "code", None) or "analysis_failed"
             if code == "analysis_failed":

@@ -4,13 +4,29 @@
 #      (tests/integration/test_cuda_detector.py, which CI skips: it has no GPU);
 #   2. bench/video.py on CUDA in FP16 (models.detector.device: cuda:0, half: true) beside the same bench on this
 #      host's CPU: pipeline fps ÷ raw detector fps, the batching gain, and frames/s per camera stream;
+#      then bench/gpu_check.py: 1, 4, 8 and 16 streams through the pipeline with detection in process and in 1 and 2
+#      worker processes (video.detector_workers) ÷ the raw batched model on the same card, and the event loop's CPU
+#      per analysed frame;
 #   3. bench/capacity.py --cameras with that detector, where the whole server stack is installed;
 #   4. vLLM on the GPU beside the embedded LLM, where a CUDA vLLM venv is there (see below).
 # Needs only this repo and the venv scripts/setup.sh made (VIGIL_PYTHON: another interpreter with the same
 # packages); nothing is downloaded. Without nvidia-smi it says so and exits 0.
 #   scripts/gpu-check.sh [N,N...]        cameras to try (default 1,8,16); GPU_CHECK_SECONDS: seconds per phase (8)
+#   scripts/gpu-check.sh --dry-run       step 2's bench/gpu_check.py alone on this host's CPU (no GPU needed; minutes):
+#                                        checks the harness runs; GPU_CHECK_STREAMS, GPU_CHECK_WORKERS narrow it
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+PY=${VIGIL_PYTHON:-.venv/bin/python}
+export YOLO_OFFLINE=1 YOLO_AUTOINSTALL=False PYTHONUNBUFFERED=1  # DEVELOPERS.md: Ultralytics never reaches out
+GPU_CHECK_STREAMS=${GPU_CHECK_STREAMS:-1,4,8,16}
+
+if [[ ${1:-} == --dry-run ]]; then
+  command -v "$PY" >/dev/null || { echo "gpu-check: $PY is missing: run scripts/setup.sh first" >&2; exit 1; }
+  echo "== dry run: pipeline ÷ raw on this host's CPU (the GPU's harness; CPU figures say little of a GPU)"
+  exec "$PY" -m bench.gpu_check --device cpu --seconds "${GPU_CHECK_SECONDS:-5}" --streams "$GPU_CHECK_STREAMS" \
+    --workers "${GPU_CHECK_WORKERS:-0,1}"
+fi
 
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   echo "gpu-check: nvidia-smi not found: no NVIDIA GPU on this machine, nothing to check"
@@ -18,9 +34,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
-PY=${VIGIL_PYTHON:-.venv/bin/python}
 command -v "$PY" >/dev/null || { echo "gpu-check: $PY is missing: run scripts/setup.sh first" >&2; exit 1; }
-export YOLO_OFFLINE=1 YOLO_AUTOINSTALL=False PYTHONUNBUFFERED=1  # DEVELOPERS.md: Ultralytics never reaches out
 "$PY" - <<'PYEOF' || { echo "gpu-check: torch sees no CUDA device (a CPU-only torch, or no driver)" >&2; exit 1; }
 import sys
 
@@ -38,6 +52,9 @@ echo "== 1. CUDA detections vs CPU detections on real photos"
 echo "== 2. the video pipeline on CUDA (FP16), then on this host's CPU"
 "$PY" -m bench.video --device cuda --imgsz 640 --seconds "${GPU_CHECK_SECONDS:-8}"
 "$PY" -m bench.video --device cpu --imgsz 640 --seconds "${GPU_CHECK_SECONDS:-8}"
+echo "== 2b. pipeline ÷ raw batched model on CUDA (FP16): detection in process and in worker processes"
+"$PY" -m bench.gpu_check --device cuda:0 --seconds "${GPU_CHECK_SECONDS:-8}" --streams "$GPU_CHECK_STREAMS" \
+  --workers "${GPU_CHECK_WORKERS:-0,1,2}"
 
 # Gated only (--no-ungated): the side-by-side ungated run would double the time; the zone-event reference still
 # comes from a short-lived ungated server. The voice loop's models stay on the CPU, as configured by default.

@@ -36,9 +36,10 @@ from pipelines.ports import AudioAnalyzer, TimelineSink, VideoAnalyzer
 from pipelines.protocol import SessionConfig
 from pipelines.session import SessionPipeline
 from pipelines.video.analyzer import DetectorVideoAnalyzer
-from pipelines.video.batcher import InferenceBatcher
+from pipelines.video.batcher import FrameDetector, InferenceBatcher
 from pipelines.video.faces import FaceGallery, FaceRecognizer, StreamFaces
 from pipelines.video.plates import PlateReader, StreamPlates, detector_labels, label_problems
+from pipelines.video.workers import DetectorWorkers
 from pipelines.voice.config import VoiceLoopConfig, VoiceLoopOptions
 from pipelines.voice.engine import VoiceEngine
 from pipelines.voice.loop import VoiceLoop
@@ -112,8 +113,18 @@ class ModelPool:
                     await result
 
 
-def build_batcher(settings: Settings) -> InferenceBatcher:
-    """The detector (loaded now, for this app alone: its batcher thread is its only caller) and its batcher."""
+def build_batcher(settings: Settings) -> FrameDetector:
+    """The detector (loaded now, for this app alone: its batcher thread is its only caller) and its batcher; or, with
+    ``video.detector_workers``, that many processes that each load it and batch (started now)."""
+    video = settings.video
+    if video.detector_workers:
+        if settings.models.detector.backend == "none":
+            raise ValueError("models.detector.backend is 'none': there is no detector to batch for")
+        workers = DetectorWorkers(settings.models.detector, workers=video.detector_workers, max_batch=video.max_batch,
+                                  max_wait_ms=video.max_wait_ms, nice=video.inference_nice,
+                                  answer_timeout_s=video.detector_worker_timeout_s)
+        workers.start()
+        return workers
     detector = load_detector(settings.models.detector)
     if detector is None:
         raise ValueError("models.detector.backend is 'none': there is no detector to batch for")
@@ -193,7 +204,7 @@ class Engines:
         if settings.models.detector.backend != "none":
             batcher = build_batcher(settings)
             if settings.video.plates.enabled:  # labels the detector cannot give are named now, not never read
-                for problem in label_problems(settings.video.plates.labels, batcher.detector.name,
+                for problem in label_problems(settings.video.plates.labels, batcher.name,
                                               *detector_labels(batcher.detector)):
                     log.warning("%s", problem)
             annotators = self._annotators()

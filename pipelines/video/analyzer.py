@@ -34,7 +34,7 @@ import av
 from models.detectors import Detection
 from pipelines.ports import NO_MOTION, DetectionResult, NoMotion, SampledFrame
 from pipelines.protocol import MotionConfig, VideoSessionConfig
-from pipelines.video.batcher import InferenceBatcher
+from pipelines.video.batcher import FrameDetector
 from pipelines.video.motion import MotionDetector
 from pipelines.video.tracking import StreamTracker
 
@@ -48,12 +48,13 @@ class TrackAnnotator(Protocol):
 
 
 class DetectorVideoAnalyzer:
-    """One per stream (it owns the stream's tracker and motion state); the batcher and the model are shared."""
+    """One per stream (it owns the stream's tracker and motion state); the batcher and the model are shared (in this
+    process, or in detector worker processes: ``FrameDetector``)."""
 
-    def __init__(self, batcher: InferenceBatcher, annotators: Sequence[TrackAnnotator] = ()) -> None:
+    def __init__(self, batcher: FrameDetector, annotators: Sequence[TrackAnnotator] = ()) -> None:
         self.batcher = batcher
         self.annotators = tuple(annotators)
-        self.name = batcher.detector.name
+        self.name = batcher.name
         self.tracker = StreamTracker([], [])
         self.motion = MotionDetector()
         self._motion_config = MotionConfig()

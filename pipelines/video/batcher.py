@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import av
 import numpy as np
@@ -41,6 +41,27 @@ class _Request:
     future: asyncio.Future[BatchResult]
 
 
+class FrameDetector(Protocol):
+    """What a stream's analyser needs of detection: the in-process ``InferenceBatcher``, or
+    ``pipelines.video.workers.DetectorWorkers`` (the same batching in child processes); the analyser cannot tell."""
+
+    name: str
+
+    @property
+    def detector(self) -> object:
+        """The loaded detector, or the worker's description of it (its ``names`` and ``classes``)."""
+        ...
+
+    async def detect(self, frame: av.VideoFrame, stream: int = 0) -> BatchResult: ...
+
+    async def offload(self, work: Callable[..., T], *args: Any) -> T: ...
+
+    @property
+    def has_headroom(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
 def lower_thread_priority(nice: int) -> None:
     """Executor initializer: this thread (and the threads it starts, such as the model's own thread pool) runs
     ``nice`` steps below the process (Linux schedules threads individually; raising niceness needs no privilege)."""
@@ -62,8 +83,11 @@ class InferenceBatcher:
     BOOST_MAX_BUSY = 0.5  # a stream may sample faster than its target only while the model is busy less than this
 
     def __init__(self, detector: Detector, *, max_batch: int = 8, max_wait_ms: float = 10.0,
-                 nice: int = 0) -> None:
+                 nice: int = 0, on_batch: Callable[[int, float], None] | None = None) -> None:
+        """``on_batch(size, ms)``: told of every batch (a worker process reports them to the server)."""
         self.detector = detector
+        self.name = detector.name
+        self._on_batch = on_batch
         self._last_submit: dict[int, float] = {}
         self.max_batch = max_batch
         self.max_wait_s = max_wait_ms / 1000.0
@@ -83,11 +107,15 @@ class InferenceBatcher:
 
     async def detect(self, frame: av.VideoFrame, stream: int = 0) -> BatchResult:
         """``stream`` identifies the caller, so the batcher knows how many frames a batch can expect."""
+        image = await asyncio.get_running_loop().run_in_executor(self._convert, to_bgr, frame)
+        return await self.detect_image(image, stream)
+
+    async def detect_image(self, image: np.ndarray, stream: int = 0) -> BatchResult:
+        """``detect`` for a frame already converted to BGR (a worker process reads it from shared memory)."""
         loop = asyncio.get_running_loop()
         if self._task is None or self._task.done():
             self._wakeup = asyncio.Event()
             self._task = asyncio.create_task(self._run(), name=f"batcher:{self.detector.name}")
-        image = await loop.run_in_executor(self._convert, to_bgr, frame)
         self._last_submit[stream] = loop.time()
         future: asyncio.Future[BatchResult] = loop.create_future()
         self._pending.append(_Request(image, future))
@@ -165,6 +193,8 @@ class InferenceBatcher:
             elapsed_ms = (time.perf_counter() - started) * 1000.0
             self._metrics.observe(len(batch), elapsed_ms)
             self._batches.append((time.monotonic(), elapsed_ms / 1000.0))
+            if self._on_batch is not None:
+                self._on_batch(len(batch), elapsed_ms)
             for request, detections in zip(batch, results, strict=True):
                 if not request.future.done():
                     request.future.set_result(BatchResult(detections, elapsed_ms, len(batch)))

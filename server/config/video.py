@@ -18,6 +18,16 @@ class VideoSettings(Section):
         description="Niceness added to the detector's inference threads (Linux): on an oversubscribed CPU the "
                     "voice loop keeps its latency and video analysis takes what is left (late frames are dropped, "
                     "counted). 0: the detector competes equally.")
+    detector_workers: int = Field(
+        0, ge=0, le=64,
+        description="Detector worker processes (0: detection runs in the server's process, on a thread). Each worker "
+                    "loads models.detector itself and batches across the streams it serves; frames cross in shared "
+                    "memory. A worker that dies or hangs is restarted; its streams see a counted detector outage "
+                    "(vigil_detector_outages_total), never a session end.")
+    detector_worker_timeout_s: float = Field(
+        10.0, gt=0,
+        description="With detector_workers: a worker that sends no heartbeat, or leaves a frame unanswered, this long "
+                    "is taken as hung, killed and restarted.")
     zones: list[ZoneConfig] = Field(default_factory=list, description="Default zones for every session/source.")
     lines: list[LineConfig] = Field(default_factory=list, description="Default counting lines.")
     motion: MotionConfig = Field(
