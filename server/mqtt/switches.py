@@ -8,12 +8,14 @@ return)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import tempfile
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +29,15 @@ SOURCES_MAX = 256  # sources whose detection is kept; past it the least recently
 
 class SwitchStore:
     """Read at construction (a missing file: every switch at its default; an unreadable one is logged and
-    ignored, never fatal); ``set_*`` write it at once (blocking, a few hundred bytes)."""
+    ignored, never fatal); ``set_*`` write it at once: off the event loop when called on one (a writer thread of
+    its own keeps the writes in order; an fsync can take long on a busy disk), else on the caller's thread."""
 
     def __init__(self, data_dir: Path) -> None:
         self.path = Path(data_dir) / SWITCHES_FILE
         self.alerts: bool | None = None  # None: never switched (on)
         self._detect: OrderedDict[str, bool] = OrderedDict()
         self._detect_listeners: list[Callable[[str, bool], None]] = []
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="switches")
         self._load()
 
     def add_detect_listener(self, listener: Callable[[str, bool], None]) -> None:
@@ -85,6 +89,18 @@ class SwitchStore:
         data: dict[str, Any] = {"detect": dict(self._detect)}
         if self.alerts is not None:
             data["alerts"] = self.alerts
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._write(data)
+        else:
+            self._writer.submit(self._write, data)
+
+    def flush(self) -> None:
+        """Wait for the writes handed to the writer thread (blocking; at shutdown)."""
+        self._writer.submit(lambda: None).result()
+
+    def _write(self, data: dict[str, Any]) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # A temporary file in the same directory, synced, then renamed over the old one: readers (and a
