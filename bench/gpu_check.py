@@ -41,20 +41,13 @@ import av
 from bench.video import (
     FPS,
     SIZE,
-    UNGATED,
-    UNSAMPLED_FPS,
-    RefillingAnalyzer,
-    _discard,
-    _feed,
+    fed_pipelines,
     raw_leg,
+    stop_fed,
 )
 from models.detectors import Detector, load_detector
 from models.detectors.yolo import YoloConfig
 from models.packaged import ModelNotAvailable
-from pipelines.clock import WallClock
-from pipelines.protocol import SessionConfig, VideoSessionConfig
-from pipelines.session import SessionPipeline
-from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import FrameDetector, InferenceBatcher, to_bgr
 from pipelines.video.workers import DetectorWorkers
 from tests.support.media import slideshow
@@ -77,17 +70,7 @@ class PipelineRate:
 
 async def pipeline_leg(batcher: FrameDetector, frames: list[av.VideoFrame], streams: int, seconds: float,
                        warmup_timeout_s: float = 300.0) -> PipelineRate:
-    config = SessionConfig(video=VideoSessionConfig(target_fps=UNSAMPLED_FPS, motion=UNGATED))
-    pipelines: list[SessionPipeline] = []
-    feeders: list[asyncio.Task[None]] = []
-    for k in range(streams):
-        taken = asyncio.Event()
-        pipeline = SessionPipeline(f"gpu-check-{k}", origin="bench", clock=WallClock(), emit=_discard, config=config,
-                                   server_version="bench",
-                                   video_analyzer=RefillingAnalyzer(DetectorVideoAnalyzer(batcher), taken))
-        pipeline.start()
-        pipelines.append(pipeline)
-        feeders.append(asyncio.create_task(_feed(pipeline, frames, k * len(frames) // streams, taken)))
+    pipelines, feeders = fed_pipelines(batcher, frames, streams, "gpu-check")
 
     def analysed() -> int:
         return sum(p.counts.video.frames_analyzed for p in pipelines)
@@ -104,11 +87,7 @@ async def pipeline_leg(batcher: FrameDetector, frames: list[av.VideoFrame], stre
         await asyncio.sleep(seconds)
         return PipelineRate(analysed() - frames0, time.perf_counter() - wall0, time.thread_time() - cpu0)
     finally:
-        for task in feeders:
-            task.cancel()
-        await asyncio.gather(*feeders, return_exceptions=True)
-        for pipeline in pipelines:
-            await pipeline.close()
+        await stop_fed(pipelines, feeders)
 
 
 def _cells(pipeline: PipelineRate, raw_fps: float) -> str:

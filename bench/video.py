@@ -62,7 +62,7 @@ from pipelines.protocol import MotionConfig, SessionConfig, VideoSessionConfig
 from pipelines.session import SessionPipeline
 from pipelines.sources.container import ContainerSource, SourceState
 from pipelines.video.analyzer import DetectorVideoAnalyzer
-from pipelines.video.batcher import InferenceBatcher, to_bgr
+from pipelines.video.batcher import FrameDetector, InferenceBatcher, to_bgr
 from tests.support.media import slideshow
 
 FPS = 30
@@ -156,21 +156,37 @@ async def _feed(pipeline: SessionPipeline, frames: list[av.VideoFrame], offset: 
         await taken.wait()
 
 
-async def pipeline_leg(detector: Detector, frames: list[av.VideoFrame], streams: int, max_batch: int,
-                       max_wait_ms: float, seconds: float) -> Rate:
-    timed = TimedDetector(detector)
-    batcher = InferenceBatcher(timed, max_batch=max_batch, max_wait_ms=max_wait_ms)
+def fed_pipelines(batcher: FrameDetector, frames: list[av.VideoFrame], streams: int,
+                  name: str) -> tuple[list[SessionPipeline], list[asyncio.Task[None]]]:
+    """``streams`` ungated, unsampled session pipelines on ``batcher``, each fed the next frame as soon as it took
+    the last (so the detector, never the feeding, is the limit); the streams start at spread-out frames."""
     config = SessionConfig(video=VideoSessionConfig(target_fps=UNSAMPLED_FPS, motion=UNGATED))
     pipelines: list[SessionPipeline] = []
     feeders: list[asyncio.Task[None]] = []
     for k in range(streams):
         taken = asyncio.Event()
-        pipeline = SessionPipeline(f"bench-{k}", origin="bench", clock=WallClock(), emit=_discard, config=config,
+        pipeline = SessionPipeline(f"{name}-{k}", origin="bench", clock=WallClock(), emit=_discard, config=config,
                                    server_version="bench",
                                    video_analyzer=RefillingAnalyzer(DetectorVideoAnalyzer(batcher), taken))
         pipeline.start()
         pipelines.append(pipeline)
         feeders.append(asyncio.create_task(_feed(pipeline, frames, k * len(frames) // streams, taken)))
+    return pipelines, feeders
+
+
+async def stop_fed(pipelines: list[SessionPipeline], feeders: list[asyncio.Task[None]]) -> None:
+    for task in feeders:
+        task.cancel()
+    await asyncio.gather(*feeders, return_exceptions=True)
+    for pipeline in pipelines:
+        await pipeline.close()
+
+
+async def pipeline_leg(detector: Detector, frames: list[av.VideoFrame], streams: int, max_batch: int,
+                       max_wait_ms: float, seconds: float) -> Rate:
+    timed = TimedDetector(detector)
+    batcher = InferenceBatcher(timed, max_batch=max_batch, max_wait_ms=max_wait_ms)
+    pipelines, feeders = fed_pipelines(batcher, frames, streams, "bench")
     try:
         await asyncio.to_thread(timed.first.wait)
         until = timed.calls[0][0] + seconds
@@ -178,11 +194,7 @@ async def pipeline_leg(detector: Detector, frames: list[av.VideoFrame], streams:
         rate = timed.rate(until)
         rate.analyzed = sum(p.counts.video.frames_analyzed for p in pipelines)
     finally:
-        for task in feeders:
-            task.cancel()
-        await asyncio.gather(*feeders, return_exceptions=True)
-        for pipeline in pipelines:
-            await pipeline.close()
+        await stop_fed(pipelines, feeders)
         await batcher.close()
         await asyncio.to_thread(timed.idle.wait)  # the executor may still finish a batch: keep it out of the next leg
     return rate
