@@ -322,6 +322,16 @@ def report(results: list[Graded], servers: list[str]) -> None:
                       f"{'met' if vm <= 0.5 * pm else 'NOT met'} ({vm:.0f} vs {0.5 * pm:.0f} ms)")
 
 
+def served_models(spec: str) -> dict[str, Any]:
+    """``--llm`` LLM[@STT]: models.llm, and models.stt.model_dir when an STT is named (tiny.en, base, a directory)."""
+    llm, _, stt = spec.partition("@")
+    return {"llm": llm_config(llm), **({"stt": {"model_dir": stt}} if stt else {})}
+
+
+def log_name(spec: str) -> str:
+    return re.sub(r"[^\w.-]+", "-", Path(spec).name)
+
+
 def transcript_matches(asked: str, heard: str) -> bool:
     """The recogniser got the question's words (ignoring case, punctuation and numbers written as digits)."""
     a, h = words(asked), words(heard)
@@ -341,9 +351,9 @@ async def run(args: argparse.Namespace) -> None:
     print(f"{len(conversations)} conversations, {sum(bool(q.category) for c in conversations for q in c.questions)} "
           f"graded questions; logs in {workdir}", flush=True)
     base = {"webrtc": {"host_addresses": ["127.0.0.1"]}, "video": {"zones": [ZONE]}}
-    vigils = {spec: VigilProcess(workdir, {**base, "models": {"llm": llm_config(spec)}}, memory_off=False,
+    vigils = {spec: VigilProcess(workdir, {**base, "models": served_models(spec)}, memory_off=False,
                                  args=["--grpc-port", str(free_port())],
-                                 log_path=workdir / f"vigil-{Path(spec).stem}.log") for spec in args.llm}
+                                 log_path=workdir / f"vigil-{log_name(spec)}.log") for spec in args.llm}
     llm = bot = None
     if args.pipecat:
         llm = LlmServer(n_threads=1)
@@ -378,9 +388,10 @@ async def run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--llm", action="append", metavar="NAME|FILE.gguf",
+    parser.add_argument("--llm", action="append", metavar="NAME|FILE.gguf[@STT]",
                         help="an LLM to serve: models.llm.weights name (smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b) or "
-                             "a GGUF path; repeat to compare several in one run (default: the configured default)")
+                             "a GGUF path, and after @ the STT (models.stt.model_dir: tiny.en, base or a directory); "
+                             "repeat to compare several in one run (default: the configured default)")
     parser.add_argument("--pipecat", action="store_true",
                         help="also pipecat 1.14 + SmolLM2 on the audio-only conversations (its venv: python -m "
                              "bench.voice --setup, online, once)")
