@@ -374,7 +374,7 @@ async def voice_turns(url: str, until: float, heard: list[float], min_turns: int
 async def run_phase(http: aiohttp.ClientSession, server: Any, media: Path, scenario: str, count: int,
                     seconds: float, warmup: float, references: dict[int, dict[str, int]],
                     with_voice: bool) -> Phase:
-    from bench.capacity import cpu_seconds
+    from bench.capacity import server_cpu_seconds
 
     clips = [make_clip(media, scenario, camera, count) for camera in range(count)]
     body = {"realtime": True, "loop": True, "options": {"video": {"target_fps": TARGET_FPS, "zones": [ZONE]}}}
@@ -386,10 +386,10 @@ async def run_phase(http: aiohttp.ClientSession, server: Any, media: Path, scena
         await asyncio.sleep(max(warmup, STATIC_SETTLE_S) if scenario == "static" else warmup)
         if scenario != "static":  # at least one whole pass per camera, wherever its loop stands now
             seconds = max(seconds, max(clip.frames / clip.fps for clip in clips) + SLOT_S + 1.0)
-        since, cpu_before = time.perf_counter(), cpu_seconds(server.process.pid)
+        since, cpu_before = time.perf_counter(), server_cpu_seconds(server.process.pid)
         voice = asyncio.create_task(voice_turns(server.url, since + seconds, heard)) if with_voice else None
         await asyncio.sleep(seconds)
-        until, cpu_after = time.perf_counter(), cpu_seconds(server.process.pid)
+        until, cpu_after = time.perf_counter(), server_cpu_seconds(server.process.pid)
         if voice is not None:
             await voice
         await asyncio.sleep(1.5)  # results of frames already in flight

@@ -246,7 +246,9 @@ async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float
                 lag_before = await loop_lag(server.url)
                 cpu_pids = {"server": server.process.pid, "video clients": clients.proc.pid if clients else None,  # type: ignore[union-attr]
                             "voice client (this process)": os.getpid()}
-                cpu_before, cpu_started = {name: cpu_seconds(pid) for name, pid in cpu_pids.items()}, time.monotonic()
+                # The server with its detector workers; "this process" is alone (the server is its child).
+                cost = {name: server_cpu_seconds if name == "server" else cpu_seconds for name in cpu_pids}
+                cpu_before, cpu_started = {name: cost[name](pid) for name, pid in cpu_pids.items()}, time.monotonic()
                 if clients is not None:
                     clients.send("measure")
                 heard = [v for v in [await voice.heard_voice_to_voice() for _ in range(turns)] if v is not None]
@@ -254,7 +256,7 @@ async def capacity(workdir: Path, levels: list[int], turns: int, warmup_s: float
                     clients.send("stop")
                 lag = lag_since(lag_before, await loop_lag(server.url))
                 cpu_wall = time.monotonic() - cpu_started
-                cpu = ", ".join(f"{name} {(cpu_seconds(pid) - cpu_before[name]) / cpu_wall:.0%}"
+                cpu = ", ".join(f"{name} {(cost[name](pid) - cpu_before[name]) / cpu_wall:.0%}"
                                 for name, pid in cpu_pids.items() if pid is not None)
                 video = await asyncio.to_thread(clients.result) if clients is not None else []
             finally:
@@ -296,6 +298,19 @@ def cpu_seconds(pid: int | None) -> float:
     except OSError:  # it has exited
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_seconds(pid: int | None) -> float:
+    """CPU seconds of a server and its live child processes (its detector workers: with
+    ``video.detector_workers`` the detection's CPU is theirs, and it is the server's cost all the same)."""
+    import psutil
+
+    total = cpu_seconds(pid)
+    if pid is None:
+        return total
+    with contextlib.suppress(psutil.Error):
+        total += sum(cpu_seconds(child.pid) for child in psutil.Process(pid).children(recursive=True))
+    return total
 
 
 async def loop_lag(url: str) -> dict[str, float]:
