@@ -4,12 +4,44 @@ Assistant discovery (``docs/mqtt.md``)."""
 from __future__ import annotations
 
 import re
+import ssl
+from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from server.config.base import Section
 
 _TOPIC_PART = re.compile(r"^[^#+\x00]+$")
+
+
+class MqttTlsSettings(Section):
+    enabled: bool = Field(False, description="Connect over TLS (brokers usually listen on 8883 for it; set `port`).")
+    ca_file: Path | None = Field(None, description="PEM file of the CA(s) that signed the broker's certificate; "
+                                 "unset: the system's trust store.")
+    cert_file: Path | None = Field(None, description="PEM client certificate, for a broker that asks for one "
+                                   "(`require_certificate`); with `key_file`.")
+    key_file: Path | None = Field(None, description="PEM private key of `cert_file` (unencrypted; keep it readable "
+                                  "only by Vigil).")
+    verify_hostname: bool = Field(True, description="Check that the broker's certificate names `host`; false only "
+                                  "for a broker reached by an address its certificate does not name (the chain is "
+                                  "still verified).")
+
+    @model_validator(mode="after")
+    def _files(self) -> MqttTlsSettings:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("mqtt.tls: cert_file and key_file go together (a client certificate needs its key)")
+        for key in ("ca_file", "cert_file", "key_file"):
+            path = getattr(self, key)
+            if path is not None and not path.is_file():
+                raise ValueError(f"mqtt.tls.{key}: no such file: {path}")
+        if self.enabled:  # a PEM file that does not parse is refused now, not at the first connection
+            try:
+                context = ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
+                if self.cert_file is not None and self.key_file is not None:
+                    context.load_cert_chain(str(self.cert_file), str(self.key_file))
+            except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
+                raise ValueError(f"mqtt.tls: the certificate files do not load: {error}") from None
+        return self
 
 
 class MqttSettings(Section):
@@ -17,6 +49,7 @@ class MqttSettings(Section):
                           "snapshots: needs storage.enabled).")
     host: str = Field("127.0.0.1", description="The broker's host name or address.")
     port: int = Field(1883, ge=1, le=65535, description="The broker's TCP port.")
+    tls: MqttTlsSettings = Field(default_factory=MqttTlsSettings, description="TLS to the broker (off: plain TCP).")
     username: str | None = Field(None, description="User name, when the broker asks for one.")
     password: SecretStr | None = Field(None, description="Password (never logged, masked in `vigil config show`).")
     client_id: str = Field("vigil", min_length=1, description="MQTT client identifier; also Home Assistant's "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +26,7 @@ import aiomqtt
 from aiohttp import web
 
 from pipelines.timeline.store import TimelineEntry, TimelineStore
-from server.config.mqtt import MqttSettings
+from server.config.mqtt import MqttSettings, MqttTlsSettings
 from server.metrics import MQTT_CONNECTED, MQTT_DROPPED, MQTT_PUBLISHED, MQTT_QUEUED
 from server.mqtt.commands import MqttCommands
 from server.mqtt.messages import (
@@ -72,6 +73,7 @@ class MqttPublisher:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._tls: ssl.SSLContext | None = None
         self.connected = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -234,12 +236,18 @@ class MqttPublisher:
         config = self.config
         will = aiomqtt.Will(self.topics.availability, b"offline", qos=config.qos, retain=True)
         password = config.password.get_secret_value() if config.password is not None else None
+        if config.tls.enabled and self._tls is None:  # reads the PEM files: off the event loop, once
+            try:
+                self._tls = await asyncio.to_thread(tls_context, config.tls)
+            except OSError as error:  # ssl.SSLError is one: a file changed since the config was checked; retried
+                raise aiomqtt.MqttError(f"TLS files unusable: {error}") from error
         async with aiomqtt.Client(config.host, config.port, username=config.username, password=password,
                                   identifier=config.client_id, will=will, keepalive=config.keepalive_s,
-                                  timeout=config.publish_timeout_s) as client:
+                                  timeout=config.publish_timeout_s, tls_context=self._tls) as client:
             self.connected = True
             MQTT_CONNECTED.set(1)
-            log.info("mqtt: connected to %s:%d (%d messages queued)", config.host, config.port, len(self._queue))
+            log.info("mqtt: connected to %s:%d%s (%d messages queued)", config.host, config.port,
+                     " over TLS" if self._tls is not None else "", len(self._queue))
             await client.publish(self.topics.availability, b"online", qos=config.qos, retain=True)
             for topic in self._commands.subscriptions() if self._commands is not None else ():
                 await client.subscribe(topic, qos=config.qos)
@@ -308,3 +316,13 @@ def mount_mqtt(app: web.Application, publisher: MqttPublisher | None) -> None:
         return
     app.on_startup.append(_start)
     app.on_cleanup.append(_close)
+
+
+def tls_context(config: MqttTlsSettings) -> ssl.SSLContext:
+    """The broker's certificate verified against ``ca_file`` (or the system's trust store) and, unless told not to,
+    against the host name; a client certificate presented when configured. TLS 1.2 at least (Python's default)."""
+    context = ssl.create_default_context(cafile=str(config.ca_file) if config.ca_file is not None else None)
+    if config.cert_file is not None and config.key_file is not None:
+        context.load_cert_chain(str(config.cert_file), str(config.key_file))
+    context.check_hostname = config.verify_hostname
+    return context

@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -22,13 +23,15 @@ from PIL import Image
 from prometheus_client import REGISTRY
 
 from pipelines.timeline.store import TimelineEntry
+from server.config import ConfigError, load_settings
 from server.engines import Analyzers
-from server.mqtt.publisher import MQTT_PUBLISHER
+from server.mqtt.publisher import MQTT_PUBLISHER, tls_context
 from server.state import TIMELINE
 from tests.integration.test_sources import Watcher
 from tests.support.media import keyframed_sliding_person, make_clip
 from tests.support.mosquitto import MosquittoServer
 from tests.support.ports import free_port
+from tests.support.tls_certs import make_authority
 from tests.support.vigil_process import VigilProcess
 from tests.support.zone_entry import RIGHT_HALF, ZoneEntryAnalyzerForTest
 
@@ -63,6 +66,7 @@ class MqttWatcher:
     port: int
     topics: tuple[str, ...] = ("#",)
     identifier: str | None = None  # with one, a durable session (clean_session off): the broker keeps its messages
+    tls_context: ssl.SSLContext | None = None  # for a TLS listener
     seen: list[Received] = field(default_factory=list)
     _arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -70,7 +74,7 @@ class MqttWatcher:
     async def listening(self) -> AsyncIterator[MqttWatcher]:
         durable = self.identifier is not None
         async with aiomqtt.Client("127.0.0.1", self.port, identifier=self.identifier,
-                                  clean_session=False if durable else None) as client:
+                                  clean_session=False if durable else None, tls_context=self.tls_context) as client:
             for topic in self.topics:
                 await client.subscribe(topic, qos=1)
             task = asyncio.create_task(self._read(client))
@@ -258,6 +262,63 @@ async def test_the_broker_password_is_used_and_never_shown(vigil, tmp_path: Path
         async with aiohttp.ClientSession() as http, http.get(f"{server.url}/metrics") as response:
             assert secret not in await response.text()
     assert secret not in caplog.text and "not-it" not in caplog.text
+
+
+async def test_tls_to_the_broker_is_verified_both_ways_and_carries_the_events(vigil, tmp_path: Path,
+                                                                             caplog: pytest.LogCaptureFixture):
+    """A broker that listens only on TLS and asks for a client certificate (mosquitto `require_certificate`): Vigil
+    connects with the CA that signed it and its own certificate, and a TLS subscriber gets its events; a broker
+    signed by another CA, no client certificate, or plain TCP: never connected, and said why in the log."""
+    caplog.set_level(logging.WARNING)
+    authority, other = make_authority(tmp_path / "pki"), make_authority(tmp_path / "other-pki", "Another CA")
+    ours = {"enabled": True, "ca_file": str(authority.ca), "cert_file": str(authority.client.cert),
+            "key_file": str(authority.client.key)}
+    with MosquittoServer(tmp_path / "broker", tls=authority, require_certificate=True) as broker:
+        refused = {  # what Vigil is configured with -> the reason its log gives
+            "CERTIFICATE_VERIFY_FAILED": {**ours, "ca_file": str(other.ca)},  # the broker's CA is not trusted
+            "CERTIFICATE_REQUIRED": {"enabled": True, "ca_file": str(authority.ca)},  # no client certificate
+            "UNKNOWN_CA": {**ours, "cert_file": str(other.client.cert), "key_file": str(other.client.key)},
+            "Connection reset": {"enabled": False},  # plain TCP to a TLS listener
+        }
+        for number, (case, tls) in enumerate(refused.items()):
+            caplog.clear()
+            server = await vigil(mqtt=_mqtt(broker.port, tls=tls), storage={"data_dir": str(tmp_path / f"r{number}")})
+            # Refused in the handshake, or (TLS 1.3: the broker checks the client's certificate after it) when the
+            # CONNACK never comes: either way logged with its reason, and retried with backoff.
+            await until(lambda: "unavailable" in caplog.text, timeout=15.0)
+            assert not server.app[MQTT_PUBLISHER].connected, case
+            assert case in caplog.text, caplog.text
+            await server.stop()
+
+        server = await vigil(mqtt=_mqtt(broker.port, tls=ours), storage={"data_dir": str(tmp_path / "events")})
+        await until(lambda: server.app[MQTT_PUBLISHER].connected)
+        context = ssl.create_default_context(cafile=str(authority.ca))
+        context.load_cert_chain(str(authority.client.cert), str(authority.client.key))
+        watcher = MqttWatcher(broker.port, topics=("vigil/events", "vigil/available"), tls_context=context)
+        async with watcher.listening():
+            server.app[TIMELINE].put(_entry("cam", 1))
+            await watcher.wait(lambda seen: len(_event_ids(watcher)) == 1)
+        assert watcher.on("vigil/events")[0].json()["track_id"] == 1
+        assert (b"online", True) in {(m.payload, m.retain) for m in watcher.on("vigil/available")}
+
+
+def test_tls_files_that_cannot_work_are_refused_when_the_config_is_read(tmp_path: Path):
+    authority = make_authority(tmp_path / "pki")
+    not_pem = tmp_path / "notes.txt"
+    not_pem.write_text("not a certificate")
+    client, server_key = str(authority.client.cert), str(authority.server.key)
+    cases = (({"ca_file": str(tmp_path / "missing.crt")}, "mqtt.tls.ca_file: no such file"),
+             ({"ca_file": str(not_pem)}, "the certificate files do not load"),
+             ({"cert_file": client}, "cert_file and key_file go together"),
+             ({"cert_file": client, "key_file": server_key}, "the certificate files do not load"))  # not its key
+    for tls, says in cases:
+        with pytest.raises(ConfigError) as refused:
+            load_settings(None, {"mqtt": _mqtt(1883, tls={"enabled": True, **tls})})
+        assert says in str(refused.value), (tls, str(refused.value))
+    accepted = load_settings(None, {"mqtt": _mqtt(8883, tls={"enabled": True, "ca_file": str(authority.ca)})})
+    assert accepted.mqtt.tls.enabled and tls_context(accepted.mqtt.tls).check_hostname
+    lenient = accepted.mqtt.tls.model_copy(update={"verify_hostname": False})
+    assert tls_context(lenient).check_hostname is False and tls_context(lenient).verify_mode == ssl.CERT_REQUIRED
 
 
 class ZoneEntryAtOnceAnalyzerForTest(ZoneEntryAnalyzerForTest):

@@ -12,15 +12,19 @@ from typing import Self
 
 from tests.support.ports import free_port
 from tests.support.processes import ChildServer
+from tests.support.tls_certs import Authority
 
 MOSQUITTO = "/usr/sbin/mosquitto"
 
 
 class MosquittoServer(ChildServer):
-    def __init__(self, workdir: Path, *, persistent: bool = False, password: tuple[str, str] | None = None) -> None:
+    def __init__(self, workdir: Path, *, persistent: bool = False, password: tuple[str, str] | None = None,
+                 tls: Authority | None = None, require_certificate: bool = False) -> None:
         self.workdir = workdir
         self.persistent = persistent
         self.password = password  # (user, password): anonymous clients are refused
+        self.tls = tls  # TLS only, with the authority's server certificate
+        self.require_certificate = require_certificate  # clients must present a certificate the authority signed
         self.port = 0
 
     def start(self, timeout: float = 20.0) -> Self:
@@ -32,6 +36,9 @@ class MosquittoServer(ChildServer):
                  f"persistence_location {self.workdir}/", "log_dest none",
                  # As root, mosquitto would drop to the 'mosquitto' user, who cannot read pytest's private tmp dirs.
                  f"user {getpass.getuser()}"]
+        if self.tls is not None:
+            lines += [f"cafile {self.tls.ca}", f"certfile {self.tls.server.cert}", f"keyfile {self.tls.server.key}",
+                      f"require_certificate {'true' if self.require_certificate else 'false'}"]
         if self.password is None:
             lines.append("allow_anonymous true")
         else:
