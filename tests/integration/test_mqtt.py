@@ -498,8 +498,9 @@ async def test_switches_are_kept_across_a_restart(broker: MosquittoServer, tmp_p
                                     {"video": {"detect": True}})
             await _publish(broker.port, "vigil/alerts/set", b"ON")
             await watcher.wait(lambda seen: {(m.topic, m.payload) for m in seen} >= {(t, b"ON") for t in states})
-        assert json.loads((tmp_path / "data" / "switches.json").read_text()) == {"detect": {"yard": True},
-                                                                                 "alerts": True}
+        # The state is published at once and the file written just after, on the switches' writer thread.
+        kept = tmp_path / "data" / "switches.json"
+        await until(lambda: json.loads(kept.read_text()) == {"detect": {"yard": True}, "alerts": True})
         assert await _retained(broker.port, states) == dict.fromkeys(states, b"ON")
     finally:
         await asyncio.to_thread(second.stop)
