@@ -26,7 +26,7 @@ import aiomqtt
 from aiohttp import web
 
 from pipelines.timeline.store import TimelineEntry, TimelineStore
-from server.config.mqtt import MqttSettings, MqttTlsSettings
+from server.config.mqtt import MqttSettings
 from server.metrics import MQTT_CONNECTED, MQTT_DROPPED, MQTT_PUBLISHED, MQTT_QUEUED
 from server.mqtt.commands import MqttCommands
 from server.mqtt.messages import (
@@ -238,7 +238,7 @@ class MqttPublisher:
         password = config.password.get_secret_value() if config.password is not None else None
         if config.tls.enabled and self._tls is None:  # reads the PEM files: off the event loop, once
             try:
-                self._tls = await asyncio.to_thread(tls_context, config.tls)
+                self._tls = await asyncio.to_thread(config.tls.ssl_context)
             except OSError as error:  # ssl.SSLError is one: a file changed since the config was checked; retried
                 raise aiomqtt.MqttError(f"TLS files unusable: {error}") from error
         async with aiomqtt.Client(config.host, config.port, username=config.username, password=password,
@@ -317,12 +317,3 @@ def mount_mqtt(app: web.Application, publisher: MqttPublisher | None) -> None:
     app.on_startup.append(_start)
     app.on_cleanup.append(_close)
 
-
-def tls_context(config: MqttTlsSettings) -> ssl.SSLContext:
-    """The broker's certificate verified against ``ca_file`` (or the system's trust store) and, unless told not to,
-    against the host name; a client certificate presented when configured. TLS 1.2 at least (Python's default)."""
-    context = ssl.create_default_context(cafile=str(config.ca_file) if config.ca_file is not None else None)
-    if config.cert_file is not None and config.key_file is not None:
-        context.load_cert_chain(str(config.cert_file), str(config.key_file))
-    context.check_hostname = config.verify_hostname
-    return context

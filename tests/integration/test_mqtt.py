@@ -25,7 +25,7 @@ from prometheus_client import REGISTRY
 from pipelines.timeline.store import TimelineEntry
 from server.config import ConfigError, load_settings
 from server.engines import Analyzers
-from server.mqtt.publisher import MQTT_PUBLISHER, tls_context
+from server.mqtt.publisher import MQTT_PUBLISHER
 from server.state import TIMELINE
 from tests.integration.test_sources import Watcher
 from tests.support.media import keyframed_sliding_person, make_clip
@@ -316,9 +316,9 @@ def test_tls_files_that_cannot_work_are_refused_when_the_config_is_read(tmp_path
             load_settings(None, {"mqtt": _mqtt(1883, tls={"enabled": True, **tls})})
         assert says in str(refused.value), (tls, str(refused.value))
     accepted = load_settings(None, {"mqtt": _mqtt(8883, tls={"enabled": True, "ca_file": str(authority.ca)})})
-    assert accepted.mqtt.tls.enabled and tls_context(accepted.mqtt.tls).check_hostname
-    lenient = accepted.mqtt.tls.model_copy(update={"verify_hostname": False})
-    assert tls_context(lenient).check_hostname is False and tls_context(lenient).verify_mode == ssl.CERT_REQUIRED
+    assert accepted.mqtt.tls.enabled and accepted.mqtt.tls.ssl_context().check_hostname
+    lenient = accepted.mqtt.tls.model_copy(update={"verify_hostname": False}).ssl_context()
+    assert lenient.check_hostname is False and lenient.verify_mode == ssl.CERT_REQUIRED
 
 
 class ZoneEntryAtOnceAnalyzerForTest(ZoneEntryAnalyzerForTest):
