@@ -280,6 +280,23 @@ def show(g: Graded) -> None:
     print(f"  {g.server:16} {category:10} {mark} {heard}  asked {g.question.text!r}\n"
           f"  {'':16} {'':10}      heard as {g.transcript!r}\n"
           f"  {'':16} {'':10}      replied  {g.reply[:160]!r}{why}{flags}", flush=True)
+    if stages := server_stages(g.turn.metrics):
+        print(f"  {'':16} {'':10}      server   {stages}", flush=True)
+
+
+# Vigil's own timings of a turn, printed under it: they explain a slow heard figure (never replace it).
+STAGES = {"end_of_turn": "ended by", "end_of_turn_ms": "after ms of silence", "final_decode": "decode",
+          "speculation": "speculation", "memory_retrieval_ms": "memory ms", "memory_entries": "entries",
+          "llm_first_token_ms": "first token ms", "first_audio_ms": "first audio ms"}
+
+
+def server_stages(metrics: list[dict[str, Any]]) -> str:
+    """The first reply's stages (its metrics message), e.g. "ended by model, first token ms 120, ..."."""
+    first = next((m for m in metrics if m.get("voice_to_voice_ms") is not None), None)
+    if first is None:
+        return ""
+    return ", ".join(f"{label} {first[key]:g}" if isinstance(first[key], float) else f"{label} {first[key]}"
+                     for key, label in STAGES.items() if first.get(key) is not None)
 
 
 def report(results: list[Graded], servers: list[str]) -> None:
@@ -297,10 +314,14 @@ def report(results: list[Graded], servers: list[str]) -> None:
     for server in servers:
         mine = [g for g in results if g.server == server]
         wrong = [g for g in graded if g.server == server and not g.right]
-        misheard = [g for g in wrong if not transcript_matches(g.question.text, g.transcript)]
+        # Misheard: the question, or a turn before it in its conversation ("My sister's name is Clara." heard as
+        # "... Clark." makes the later question about her wrong however it is heard).
+        misheard = [g for g in wrong if any(
+            not transcript_matches(e.question.text, e.transcript) for e in mine[:mine.index(g) + 1]
+            if e.conversation == g.conversation)]
         print(f"  {server:16} loops {sum(g.looped for g in mine)}/{len(mine)}, camera talk without a camera "
               f"{sum(g.absent for g in mine)}/{len(mine)}, no reply {sum(not g.reply for g in mine)}; of "
-              f"{len(wrong)} wrong answers {len(misheard)} had a transcript that differs from the question")
+              f"{len(wrong)} wrong answers {len(misheard)} followed a transcript that differs from what was said")
     print("\n== heard voice-to-voice (at the client: first reply sample > -40 dBFS - last question sample played)")
     heard: dict[str, list[float]] = {}
     for server in servers:

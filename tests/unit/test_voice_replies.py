@@ -120,6 +120,29 @@ def test_memory_searches_for_reminders_when_asked_what_to_remember():
     assert rewrite_query("What did I tell you about the bicycle earlier?", []) == "bicycle"
 
 
+def test_remembered_entries_are_short_and_only_the_relevant_ones_reach_the_prompt():
+    """Every token of the remembered entries is read before the reply's first word: today's entries say the time
+    only, and an entry no query word matched is kept only among the two nearest by meaning."""
+    from datetime import UTC, datetime
+
+    from pipelines.memory.entries import MemoryEntry, SearchHit
+    from pipelines.memory.recall import fit_entries, relevant
+
+    now = datetime(2026, 12, 4, 13, 43, 5, tzinfo=UTC).timestamp()
+    keys = MemoryEntry("transcript", "I left my keys in the kitchen.", wall_time=now - 180)
+    car = MemoryEntry("transcript", "I parked my car on level three.", wall_time=now - 600)
+    clara = MemoryEntry("transcript", "My sister's name is Clara.", wall_time=now - 2 * 86400)
+    colour = MemoryEntry("transcript", "My favourite colour is green.", wall_time=now - 700)
+    hits = [SearchHit(keys, 0.03, keyword_rank=1, vector_rank=1), SearchHit(car, 0.016, vector_rank=2),
+            SearchHit(clara, 0.015, vector_rank=3), SearchHit(colour, 0.014, keyword_rank=2, vector_rank=4)]
+    assert [hit.entry for hit in relevant(hits)] == [keys, car, colour]
+    assert fit_entries([*relevant(hits), hits[2]], 5, 256, now) == [
+        '- 13:40 UTC (3 min ago), the user said: "I left my keys in the kitchen."',
+        '- 13:33 UTC (10 min ago), the user said: "I parked my car on level three."',
+        '- 13:31 UTC (12 min ago), the user said: "My favourite colour is green."',
+        '- 2026-12-02 13:43 UTC (2 days ago), the user said: "My sister\'s name is Clara."']
+
+
 def test_remembered_camera_entries_are_left_out_of_an_audio_only_prompt():
     from pipelines.voice.replies import without_camera
 
