@@ -38,3 +38,22 @@ def test_loops_and_transcripts():
     assert not loops("Paris is the capital of France. It is big.")
     assert transcript_matches("Who wrote Romeo and Juliet?", "who wrote Romeo and Juliet")
     assert not transcript_matches("What colour is a ripe banana?", "What colors a bright banana?")
+
+
+def test_a_turn_shows_vigils_stages_and_a_misheard_earlier_turn_explains_a_wrong_answer(capsys):
+    from bench.answers import report, server_stages
+
+    metrics = [{"turn": 2, "end_of_turn": "model", "memory_retrieval_ms": 31.5, "memory_entries": 2,
+                "llm_first_token_ms": 952.2, "voice_to_voice_ms": 1420.0}]
+    assert server_stages(metrics) == "ended by model, memory ms 31.5, entries 2, first token ms 952.2"
+    assert server_stages([{"turn": 1, "end_of_turn": "model"}]) == ""  # no reply audio: not the reply's stages
+    said, asked = Q("My sister's name is Clara."), Q("What did I tell you my sister's name is?", "past", r"clara")
+    conversation = Conversation((said, asked))
+    results = []
+    for question, heard, reply in ((said, "My sister's name is Clark.", "Clark is your sister's name."),
+                                   (asked, asked.text, "You told me your sister's name is Clark.")):
+        turn = Turn("vigil", question.text, replies=[reply], answered=[heard])
+        results.append(grade("vigil", question, conversation, 0, turn))
+    assert not results[1].right
+    report(results, ["vigil"])
+    assert "of 1 wrong answers 1 followed a transcript that differs from what was said" in capsys.readouterr().out
