@@ -11,6 +11,7 @@ import av
 import numpy as np
 import pytest
 
+from bench.stt import word_errors
 from models.llm.embedded import default_threads
 from models.packaged import ModelNotAvailable
 from models.stt.whisper import DeviceNotAvailable, WhisperStt
@@ -220,8 +221,11 @@ LIVE_QUESTIONS = ["What colour is the sky on a clear day?", "What's two plus two
 
 def test_live_decode_uses_a_short_window_and_says_what_the_full_one_says(whisper: WhisperStt,
                                                                            piper: PiperTts) -> None:
-    """transcribe_live reads the same words as the 30 s decode, including "two plus two", which a short window
-    alone decodes twice over (its fallback to the full window must catch that)."""
+    """transcribe_live reads the words the 30 s decode reads, including "two plus two", which a short window
+    alone decodes twice over (its fallback to the full window must catch that: a repeat adds four words or more).
+    Up to two words may differ: on some machines (the 2-core one of 2026-12-06: AVX2, no AVX-512) the short window
+    hears Piper's "What colour is the sky" as "What colors the sky" where the full one hears it right, a borderline
+    word that earlier machines decoded alike (bench/stt.py measures accuracy)."""
     encoder_frames: list[int] = []
     ct2_model = whisper._model.model
 
@@ -237,7 +241,7 @@ def test_live_decode_uses_a_short_window_and_says_what_the_full_one_says(whisper
         audio = to_16k_float(piper.synthesize(question), piper.sample_rate)
         full = whisper.transcribe(audio)
         live = whisper.transcribe_live(audio)
-        assert words(live.text) == words(full.text), (question, live.text, full.text)
+        assert word_errors(words(full.text).split(), words(live.text).split()) <= 2, (question, live.text, full.text)
         assert live.duration == pytest.approx(audio.size / 16_000)
     whisper._model.model = CountingEncoder()
     try:
