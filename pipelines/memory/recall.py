@@ -67,8 +67,8 @@ def _approx_tokens(text: str) -> int:
 
 def format_entry(hit: SearchHit, now: float) -> str:
     """One remembered entry for the voice prompt, short: every token of it is read before the reply's first word
-    (~6 ms a token for Qwen 0.5B on 2 cores, ~20 for the 1.5B), so the date only when it is not today's and the
-    time to the minute, which is as much as a spoken answer says."""
+    (~5 ms a token for Qwen 0.5B on 2 cores, ~18 for the 1.5B: docs/search.md), so the date only when it is not
+    today's and the time to the minute, which is as much as a spoken answer says."""
     entry = hit.entry
     at = datetime.fromtimestamp(entry.wall_time, UTC)
     when = f"{at:%H:%M} UTC" if at.date() == datetime.fromtimestamp(now, UTC).date() else f"{at:%Y-%m-%d %H:%M} UTC"
