@@ -498,28 +498,28 @@ def holds(staggered: Row, static_ratio: float) -> dict[str, bool]:
 
 def print_tables(levels: list[int], floors: dict[int, float], runs: dict[str, tuple[list[Phase], float]]) -> None:
     print("\nstatic scenes (no one in view): server CPU vs decode-only (PyAV, same files, real time, own process)")
-    print(f"{'N':>3} {'decode-only cores':>18} {'config':>20} {'server cores':>13} {'÷ decode':>9} "
+    print(f"{'N':>3} {'decode-only cores':>18} {'config':>26} {'server cores':>13} {'÷ decode':>9} "
           f"{'cores/camera':>13}  server frames/s per camera")
     for count in levels:
         for label, (phases, _) in runs.items():
             phase = next(p for p in phases if p.cameras == count and p.scenario == "static")
             stages = _mean_stages(phase)
-            print(f"{count:>3} {floors[count]:>18.3f} {label:>20} {phase.cores:>13.3f} "
+            print(f"{count:>3} {floors[count]:>18.3f} {label:>26} {phase.cores:>13.3f} "
                   f"{phase.cores / floors[count]:>9.1f} {phase.cores / count:>13.3f}  {stages}")
     for scenario, title in (("staggered", "staggered: one camera at a time has someone in view; one live voice loop"),
                             ("moving", "all moving: someone in view in every camera at once; no voice loop")):
         print(f"\n{title}")
-        print(f"{'N':>3} {'config':>20} {'min rate':>9} {'mean rate':>10} {'zone events':>12} {'recall':>7} "
+        print(f"{'N':>3} {'config':>26} {'min rate':>9} {'mean rate':>10} {'zone events':>12} {'recall':>7} "
               f"{'extra':>6} {'server cores':>13} {'cores/camera':>13} {'v2v vs idle':>12}")
         for count in levels:
             for label, (phases, idle) in runs.items():
                 phase = next(p for p in phases if p.cameras == count and p.scenario == scenario)
                 row = summarise(phase, idle)
                 v2v = f"{row.v2v_ratio:.2f}" if not math.isnan(row.v2v_ratio) else "-"
-                print(f"{count:>3} {label:>20} {row.min_rate:>9.2f} {row.mean_rate:>10.2f} "
+                print(f"{count:>3} {label:>26} {row.min_rate:>9.2f} {row.mean_rate:>10.2f} "
                       f"{row.found:>5}/{row.expected:<6} {row.recall:>7.0%} {row.extra:>6} {row.cores:>13.3f} "
                       f"{row.cores / count:>13.3f} {v2v:>12}")
-                print(f"{'':>25}per camera, rate (windows): "
+                print(f"{'':>31}per camera, rate (windows): "
                       + ", ".join(f"{r['rate']:.2f} ({r['windows']})" for r in phase.reports)
                       + f"; frames/s {_mean_stages(phase)}")
 
@@ -570,9 +570,28 @@ def detector_rate(device: str, half: bool, seconds: float) -> None:
               f"{done / (time.perf_counter() - started):.1f} images/s", flush=True)
 
 
+def gated_configs(base: dict[str, Any], video: dict[str, Any], detector_workers: list[int] | None,
+                  inference_nice: list[int] | None) -> list[tuple[str, dict[str, Any]]]:
+    """The motion-gated server configs to measure, labelled: ``base`` as it is, or one per combination of
+    ``detector_workers`` and ``inference_nice`` values when more than one worker count or any niceness is asked."""
+    if len(detector_workers or []) <= 1 and not inference_nice:
+        return [("gated (default)", base)]
+    configs = []
+    for workers in detector_workers or [None]:
+        for nice in inference_nice or [None]:
+            variant = {**video, **({} if workers is None else {"detector_workers": workers}),
+                       **({} if nice is None else {"inference_nice": nice})}
+            label = ", ".join(["gated"] + ([] if workers is None else [f"workers {workers}"])
+                              + ([] if nice is None else [f"nice {nice}"]))
+            configs.append((label, {**base, "video": variant}))
+    return configs
+
+
 async def cameras(workdir: Path, levels: list[int], seconds: float, warmup: float, turns: int,
                   detector: dict[str, Any] | None = None, ungated: bool = True,
-                  detector_workers: int | None = None) -> None:
+                  detector_workers: list[int] | None = None, inference_nice: list[int] | None = None) -> None:
+    """``detector_workers`` and ``inference_nice``: serve the gated config once per combination of their values
+    (``video.detector_workers``, ``video.inference_nice``), one after another in this run."""
     from tests.support.browser import REPO_ROOT
 
     media = workdir / "media"
@@ -600,15 +619,15 @@ async def cameras(workdir: Path, levels: list[int], seconds: float, warmup: floa
     if detector:
         base["models"] = {"detector": detector}
     video: dict[str, Any] = {}  # the served video section; variants below add to it
-    if detector_workers is not None:
-        video["detector_workers"] = detector_workers
+    if detector_workers:
+        video["detector_workers"] = detector_workers[0]
         base["video"] = dict(video)
     ungated_video = {**video, "motion": {"enabled": False}}
     configs: list[tuple[str, dict[str, Any]]] = []
     if motion_gating_available(workdir, REPO_ROOT):
         if ungated:  # first: it also analyses the reference passes
             configs.append(("ungated", {**base, "video": ungated_video}))
-        configs.append(("gated (default)", base))
+        configs += gated_configs(base, video, detector_workers, inference_nice)
     else:
         print("motion gating not available (the server refuses video.motion): running ungated only", flush=True)
         configs.append(("default (no gating)", base))

@@ -480,14 +480,15 @@ async def main(opts: argparse.Namespace) -> None:
             if detector:
                 await asyncio.to_thread(detector_rate, opts.detector_device, opts.half, min(opts.seconds, 10.0))
             await cameras(workdir, opts.cameras, opts.seconds, opts.warmup, opts.turns, detector,
-                          ungated=not opts.no_ungated, detector_workers=opts.detector_workers)
+                          ungated=not opts.no_ungated, detector_workers=opts.detector_workers,
+                          inference_nice=opts.inference_nice)
             print(f"load average at end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
             return
         if "capacity" in opts.parts:
             width, height = (int(v) for v in opts.size.split("x"))
-            for nice in opts.inference_nice or [None]:
-                await capacity(workdir, opts.levels, opts.turns, opts.warmup, (width, height), nice,
-                               opts.detector_workers)
+            for workers in opts.detector_workers or [None]:
+                for nice in opts.inference_nice or [None]:
+                    await capacity(workdir, opts.levels, opts.turns, opts.warmup, (width, height), nice, workers)
         if "detector" in opts.parts:
             await asyncio.to_thread(detector_throughput, workdir, opts.seconds, opts.batch)
         if "takeover" in opts.parts:
@@ -506,11 +507,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="video sessions at each step (0 first: the voice loop's baseline)")
     parser.add_argument("--size", default="640x360", help="video sessions' frame size, WIDTHxHEIGHT")
     parser.add_argument("--inference-nice", type=int, nargs="+",
-                        help="capacity: run the ramp once per value of video.inference_nice (default: the default "
-                             "config only)")
-    parser.add_argument("--detector-workers", type=int, metavar="N",
+                        help="capacity and cameras: run once per value of video.inference_nice, side by side "
+                             "(default: the default config only)")
+    parser.add_argument("--detector-workers", type=int, nargs="+", metavar="N",
                         help="capacity and cameras: serve with video.detector_workers N (0: detection in process; "
-                             "default: the server's default)")
+                             "default: the server's default); cameras: once per value, side by side")
     parser.add_argument("--turns", type=int, default=5, help="voice turns measured per step")
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds after adding sessions before measuring")
     parser.add_argument("--seconds", type=float, default=8.0,

@@ -17,7 +17,8 @@ class VideoSettings(Section):
         0, ge=0, le=19,
         description="Niceness added to the detector's inference threads (Linux): on an oversubscribed CPU the "
                     "voice loop keeps its latency and video analysis takes what is left (late frames are dropped, "
-                    "counted). 0: the detector competes equally.")
+                    "counted). 0: the detector competes equally. 19 beside 16 cameras on 2 cores: the voice heard "
+                    "~0.7x as late, and some zone events lost (docs/architecture.md).")
     detector_workers: int = Field(
         0, ge=0, le=64,
         description="Detector worker processes (0: detection runs in the server's process, on a thread). Each worker "

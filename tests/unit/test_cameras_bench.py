@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.cameras import Clip, event_recall
+from bench.cameras import Clip, event_recall, gated_configs
 
 # 10 fps, 60 frames a loop, the person in view in frames 30..44 of each loop.
 CLIP = Clip("c.mp4", fps=10, frames=60, in_view=(30, 45))
@@ -32,3 +32,13 @@ def test_recall_counts_each_window_against_the_reference_pass() -> None:
     live = [{"zone.enter": 1, "zone.exit": 1}, {"zone.enter": 2, "zone.exit": 0}]
     assert event_recall(live, reference) == {"found": 3, "expected": 4, "extra": 1}
     assert event_recall([], reference) == {"found": 0, "expected": 0, "extra": 0}
+
+
+def test_side_by_side_configs_cross_worker_counts_with_niceness() -> None:
+    base = {"grpc": {"port": 0}, "video": {"detector_workers": 0}}
+    assert gated_configs(base, {"detector_workers": 0}, [0], None) == [("gated (default)", base)]
+    configs = gated_configs(base, {"detector_workers": 0}, [0, 1], [0, 19])
+    assert [label for label, _ in configs] == ["gated, workers 0, nice 0", "gated, workers 0, nice 19",
+                                               "gated, workers 1, nice 0", "gated, workers 1, nice 19"]
+    assert configs[3][1] == {"grpc": {"port": 0}, "video": {"detector_workers": 1, "inference_nice": 19}}
+    assert [label for label, _ in gated_configs(base, {}, None, [19])] == ["gated, nice 19"]
