@@ -511,7 +511,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "(default: the default config only)")
     parser.add_argument("--detector-workers", type=int, nargs="+", metavar="N",
                         help="capacity and cameras: serve with video.detector_workers N (0: detection in process; "
-                             "default: the server's default); cameras: once per value, side by side")
+                             "default: the server's default); several: once per value, side by side")
     parser.add_argument("--turns", type=int, default=5, help="voice turns measured per step")
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds after adding sessions before measuring")
     parser.add_argument("--seconds", type=float, default=8.0,
