@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
@@ -35,7 +35,6 @@ from pipelines.clock import Clock
 from pipelines.ports import AudioAnalyzer, TimelineSink, VideoAnalyzer
 from pipelines.protocol import SessionConfig
 from pipelines.session import SessionPipeline
-from pipelines.video.analyzer import DetectorVideoAnalyzer
 from pipelines.video.batcher import FrameDetector, InferenceBatcher
 from pipelines.video.faces import FaceGallery, FaceRecognizer, StreamFaces
 from pipelines.video.plates import PlateReader, StreamPlates, detector_labels, label_problems
@@ -46,6 +45,9 @@ from pipelines.voice.loop import VoiceLoop
 from pipelines.voice.recall import ContextProvider
 from server import __version__
 from server.config import Settings
+
+if TYPE_CHECKING:  # imported where a detector is built: tracking's Norfair and supervision cost ~1.3 s to import
+    from pipelines.video.analyzer import DetectorVideoAnalyzer
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +204,8 @@ class Engines:
         audio: VoiceLoops | None = None
         closers: list[Callable[[], Awaitable[None]]] = []
         if settings.models.detector.backend != "none":
+            from pipelines.video.analyzer import DetectorVideoAnalyzer  # here: only a detector needs its tracking
+
             batcher = build_batcher(settings)
             if settings.video.plates.enabled:  # labels the detector cannot give are named now, not never read
                 for problem in label_problems(settings.video.plates.labels, batcher.name,

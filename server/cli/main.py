@@ -75,8 +75,10 @@ def _analyze(args: argparse.Namespace) -> int:
         if seconds > bar.n:  # audio and video interleave; only move forward
             bar.update(seconds - bar.n)
 
+    # A file no demuxer opens fails the same way without the models: in a second or two, not after they load.
+    engines = Engines(settings) if _opens(args.file) else None
     try:
-        state = asyncio.run(analyze_file(args.file, settings, write, Engines(settings), on_progress=progress,
+        state = asyncio.run(analyze_file(args.file, settings, write, engines, on_progress=progress,
                                          events_dir=args.events_dir))
     finally:
         bar.close()
@@ -86,6 +88,16 @@ def _analyze(args: argparse.Namespace) -> int:
         print(f"vigil analyze: {state.value}: {state_detail.get('reason', '')}", file=sys.stderr)
         return 1
     return 0
+
+
+def _opens(path: Path) -> bool:
+    import av
+
+    try:
+        with av.open(str(path)):
+            return True
+    except (av.FFmpegError, OSError):
+        return False
 
 
 def _replay(args: argparse.Namespace) -> int:

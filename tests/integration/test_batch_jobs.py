@@ -119,7 +119,8 @@ async def test_a_job_killed_midway_completes_after_restart(tmp_path: Path, http,
         # one chunk per step, at most 4 s each: many small saved steps, so the kill lands between two of them
         f"transcription: {{data_dir: '{data_dir}', batch_size: 1, max_chunk_s: 4, workers: 1}}\n"
         f"storage: {{data_dir: '{tmp_path / 'timeline'}'}}\n"  # never the checkout's data/
-        f"memory: {{data_dir: '{tmp_path / 'memory'}'}}\n")
+        # memory off, as VigilProcess has it for every config it writes: it loads torch and MiniLM (~7 s a start)
+        f"memory: {{enabled: false, data_dir: '{tmp_path / 'memory'}'}}\n")
     first = VigilProcess(tmp_path, config_file=config, token=TOKEN)
     try:
         await asyncio.to_thread(first.start, 60)
