@@ -373,7 +373,8 @@ async def test_vigil_serve_runs_grpc_beside_http(upstream, tmp_path: Path):
     """The real command line: HTTP and gRPC in one process, the gRPC port from --grpc-port, the LLM from env."""
     grpc_port = free_port()
     env = {"VIGIL_VOICE__ENABLED": "false", "VIGIL_MODELS__DETECTOR__BACKEND": "none",
-           "VIGIL_MODELS__LLM__BACKEND": "openai", "VIGIL_MODELS__LLM__BASE_URL": upstream.url}
+           "VIGIL_MODELS__LLM__BACKEND": "openai", "VIGIL_MODELS__LLM__BASE_URL": upstream.url,
+           "VIGIL_API__CACHE__SEMANTIC": "false"}  # its MiniLM would load on the first call: 6 s of nothing tested
     server = VigilProcess(tmp_path, args=["--grpc-port", str(grpc_port)], env=env)
     try:
         await asyncio.to_thread(server.start, 60)
