@@ -27,10 +27,10 @@ from prometheus_client import REGISTRY
 
 from server.grpc_api import inference_pb2 as pb
 from server.grpc_api import inference_pb2_grpc as pb_grpc
-from server.grpc_api.metrics import CALLS
 from server.grpc_api.service import GRPC_SERVER
 from server.v1.chat_service import CHAT_SERVICE
 from tests.integration.test_fuzz import EXAMPLES_RUN, _bounded, _live_tasks, _open_fds
+from tests.integration.test_grpc import grpc_calls
 from tests.support.scripted_llm import ScriptedLlmForTest
 
 CHAT_MODEL = "smollm2-135m-instruct"
@@ -138,23 +138,15 @@ async def _status_of(call: Any, requests: list[Any] | None = None) -> grpc.Statu
         call.cancel()  # a no-op on an ended call; frees the client's side of one that the race left open
 
 
-def _server_calls() -> dict[tuple[str, str], float]:
-    """``vigil_grpc_calls_total`` by (method, code): what the server answered (it runs in this process). Read from
-    the counter itself: ``REGISTRY.get_sample_value`` collects every metric of the process on each call, which
-    earlier tests' sessions make slow (this file took 4x as long in the suite as alone)."""
-    return {(sample.labels["method"], sample.labels["code"]): sample.value for family in CALLS.collect()
-            for sample in family.samples if sample.name == "vigil_grpc_calls_total"}
-
-
 def _server_codes(method: str) -> dict[str, float]:
-    """``vigil_grpc_calls_total`` of ``method`` by code."""
-    calls = _server_calls()
+    """``vigil_grpc_calls_total`` of ``method`` by code: what the server answered."""
+    calls = grpc_calls()
     return {code.name: calls.get((method, code.name), 0.0) for code in grpc.StatusCode}
 
 
 def _server_faults() -> float:
     """Calls of any method the server ended with UNKNOWN or INTERNAL so far."""
-    calls = _server_calls()
+    calls = grpc_calls()
     return sum(calls.get((method, code), 0.0) for method in METHOD_NAMES for code in ("UNKNOWN", "INTERNAL"))
 
 
