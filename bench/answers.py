@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import re
 import statistics
 import sys
@@ -178,7 +179,9 @@ CONVERSATIONS: list[Conversation] = [
     ), clip="two-people"),
     Conversation((
         Q("Do you see anyone?", "scene", r"\bno\b|nobody|no one|not|don't|\b(0|zero)\b", r"\byes\b"),
-        Q("How many people do you see?", "scene", r"\b(0|zero|no|none)\b|nobody|no one"),
+        # "I can't see anyone." is right too (graded wrong until 2026-12-07)
+        Q("How many people do you see?", "scene",
+          r"\b(0|zero|no|none)\b|nobody|no one|(can't|cannot|don't|do not) see any(one|body)\b"),
         Q("Is anyone in the door zone?", "scene", r"\bno\b|nobody|no one|empty|\b(0|zero)\b|none", r"\byes\b"),
         Q("Is the room empty?", "scene", r"\byes\b|is empty|no one|nobody"),
     ), clip="no-one"),
@@ -349,6 +352,25 @@ def served_models(spec: str) -> dict[str, Any]:
     return {"llm": llm_config(llm), **({"stt": {"model_dir": stt}} if stt else {})}
 
 
+def served_config(spec: str, base: dict[str, Any]) -> dict[str, Any]:
+    """``--llm`` LLM[@STT][,section.key=value...]: ``base`` with the models and any config overrides (e.g.
+    ``qwen2.5-0.5b,voice.scene_lead=false``: a change beside the default in one run)."""
+    import yaml
+
+    models, *overrides = re.split(r",(?=[\w-]+(?:\.[\w-]+)+=)", spec)  # a path may hold commas; a key does not
+    if "," in models and not models.partition("@")[0].endswith(".gguf"):
+        raise SystemExit(f"--llm {spec!r}: what follows a comma is not section.key=value")
+    config = {**copy.deepcopy(base), "models": served_models(models)}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        *sections, name = key.split(".")
+        node = config
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = yaml.safe_load(value)
+    return config
+
+
 def log_name(spec: str) -> str:
     return re.sub(r"[^\w.-]+", "-", Path(spec).name)
 
@@ -375,7 +397,7 @@ async def run(args: argparse.Namespace) -> None:
     print(f"{len(conversations)} conversations, {sum(bool(q.category) for c in conversations for q in c.questions)} "
           f"graded questions; logs in {workdir}", flush=True)
     base = {"webrtc": {"host_addresses": ["127.0.0.1"]}, "video": {"zones": [ZONE]}}
-    vigils = {spec: VigilProcess(workdir, {**base, "models": served_models(spec)}, memory_off=False,
+    vigils = {spec: VigilProcess(workdir, served_config(spec, base), memory_off=False,
                                  args=["--grpc-port", str(free_port())],
                                  log_path=workdir / f"vigil-{log_name(spec)}.log") for spec in args.llm}
     llm = bot = None
@@ -412,10 +434,11 @@ async def run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--llm", action="append", metavar="NAME|FILE.gguf[@STT]",
+    parser.add_argument("--llm", action="append", metavar="NAME|FILE.gguf[@STT][,section.key=value...]",
                         help="an LLM to serve: models.llm.weights name (smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b) or "
-                             "a GGUF path, and after @ the STT (models.stt.model_dir: tiny.en, base or a directory); "
-                             "repeat to compare several in one run (default: the configured default)")
+                             "a GGUF path, after @ the STT (models.stt.model_dir: tiny.en, base or a directory), "
+                             "after commas config overrides (voice.scene_lead=false); repeat to compare several in "
+                             "one run (default: the configured default)")
     parser.add_argument("--pipecat", action="store_true",
                         help="also pipecat 1.14 + SmolLM2 on the audio-only conversations (its venv: python -m "
                              "bench.voice --setup, online, once)")

@@ -101,6 +101,10 @@ class TextStream:
     # True: the model runs in this process and keeps the KV cache of the prompt it read last, so reading a prompt
     # ahead (the voice loop's warm-up) costs only local work and the next request that shares its start is faster.
     local_prompt_cache = False
+    # True: a request whose last message is the assistant's has the model go on from that text (llama.cpp's
+    # assistant prefill), streaming only what follows it; the voice loop then gives a reply's first word
+    # (pipelines.voice.grounding). An OpenAI-compatible upstream may not (vLLM needs continue_final_message).
+    continues_final_message = False
 
     def generate(self, request: LlmRequest) -> AsyncIterator[TokenChunk]:
         raise NotImplementedError

@@ -181,6 +181,7 @@ class EmbeddedLlm(TextStream):
     """
 
     local_prompt_cache = True  # llama.cpp's slot reuses the longest prefix a request shares with the one before
+    continues_final_message = True  # llama.cpp's server code prefills a last assistant message
 
     def __init__(
         self, model_path: str | None = None, n_ctx: int = 2048, n_threads: int | None = None, n_parallel: int = 1,

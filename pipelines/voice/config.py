@@ -45,6 +45,11 @@ class VoiceLoopOptions(BaseModel):
         3, ge=1, le=100, description="A spoken reply stops after this many sentences, or at a sentence it already "
         "said (a small model's loop)."
     )
+    scene_lead: bool = Field(
+        True, description="A yes-or-no question about people in view ('Do you see anyone?') gets its first word from "
+        "the detector's counts ('No,' of an empty view) and the LLM goes on from it (pipelines.voice.grounding); "
+        "with an LLM that continues a last assistant message (the embedded one)."
+    )
     repeat_penalty: float = Field(1.1, gt=0, le=2, description="llama.cpp's repetition penalty (embedded LLM; 1: off).")
     memory_tokens: int = Field(1024, ge=64, description="Prompt budget: older exchanges are dropped beyond it.")
     temperature: float = Field(0.0, ge=0, le=2)

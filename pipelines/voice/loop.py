@@ -47,6 +47,7 @@ from pipelines.voice.audio import InputResampler, ReplyAudioTrack, SilenceWatch
 from pipelines.voice.config import VoiceLoopConfig
 from pipelines.voice.endpointing import FRAME_SAMPLES, TurnEnded, TurnStarted, TurnTaking
 from pipelines.voice.engine import VoiceEngine
+from pipelines.voice.grounding import answer_lead
 from pipelines.voice.metrics import EndOfTurn, TurnMetricsBuilder, ms_since
 from pipelines.voice.outbox import Outbox
 from pipelines.voice.recall import ContextProvider, Recall
@@ -319,8 +320,13 @@ class VoiceLoop:
     async def _prompt(self, text: str, metrics: TurnMetricsBuilder | None, *, remember: bool = True) -> LlmRequest:
         pipeline = self._outbox.pipeline
         video = pipeline is not None and has_video(pipeline.tracks)
+        scene = pipeline.scene if video and pipeline else None
+        # No lead from a scene that has stopped changing because detection is off (it says what was, not what is).
+        lead = answer_lead(text, scene) if self.config.scene_lead and pipeline and pipeline.config.video.detect \
+            else None
         return await self.recall.request(text, metrics, video=video, remember=remember,
-                                         scene=pipeline.scene.summary() if video and pipeline else None)
+                                         scene=scene.summary() if scene is not None else None,
+                                         lead=lead)
 
     async def _warm_up(self, turn: Turn, text: str) -> None:
         """Have the LLM read the prompt of the question so far (one token, never heard), so that the reply's

@@ -43,10 +43,13 @@ class Recall:
         self.reminders: list[str] = []  # what the user asked to be reminded of, in this session
 
     async def request(self, text: str, metrics: TurnMetricsBuilder | None, *, video: bool,
-                      scene: str | None, remember: bool = True) -> LlmRequest:
+                      scene: str | None, lead: str | None = None, remember: bool = True) -> LlmRequest:
         """The LLM request answering ``text``: the camera only with a video track (a small model repeats
-        whatever the prompt says), the ``scene`` only when the question is about it, remembered entries (unless
-        not ``remember``: a prompt read ahead of the question's last words)."""
+        whatever the prompt says), the ``scene`` only when the question is about it, with the reply's first word
+        when the scene decides it (``lead``: ``pipelines.voice.grounding``) and the LLM can go on from it,
+        remembered entries (unless not ``remember``: a prompt read ahead of the question's last words)."""
+        if not getattr(self._llm, "continues_final_message", False):
+            lead = None
         recalled = None
         if self.memory is not None and remember:
             context = await self.memory(text, list(self.history))
@@ -59,12 +62,12 @@ class Recall:
                         metrics.memory_entries = context.memory_entries
         # The stable part first (llama.cpp reuses its KV cache), what changes per turn after it: turn_messages.
         system, history = session_prompt(self._config.system_prompt, video=video), list(self.history)
-        messages = turn_messages(system, history, text, video=video, scene=scene, recalled=recalled)
+        messages = turn_messages(system, history, text, video=video, scene=scene, recalled=recalled, lead=lead)
         # Trim the oldest exchanges until the prompt fits the memory budget (system and question always stay).
         # count_tokens may ask the model's own tokenizer (blocking): keep it off the event loop.
         while history and await asyncio.to_thread(self._llm.count_tokens, messages) > self._config.memory_tokens:
             del history[:2]
-            messages = turn_messages(system, history, text, video=video, scene=scene, recalled=recalled)
+            messages = turn_messages(system, history, text, video=video, scene=scene, recalled=recalled, lead=lead)
         return LlmRequest(messages, max_tokens=self._config.max_reply_tokens, temperature=self._config.temperature,
                           repeat_penalty=self._config.repeat_penalty)
 

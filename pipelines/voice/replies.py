@@ -94,13 +94,15 @@ def session_prompt(base: str, *, video: bool) -> str:
 
 
 def turn_messages(system: str, history: Sequence[ChatMessage], question: str, *, video: bool,
-                  scene: str | None = None, recalled: str | None = None) -> list[ChatMessage]:
+                  scene: str | None = None, recalled: str | None = None, lead: str | None = None) -> list[ChatMessage]:
     """The turn's prompt in an order llama.cpp can reuse. It keeps the KV cache of the longest prefix a request
     shares with the one before, so the session's stable system prompt (``session_prompt``) and the conversation
     so far come first and are not evaluated again; what changes from turn to turn follows them: entries recalled
     from memory as a system message (camera entries only with a video track or a question about what was seen:
     otherwise they lead a small model to speak of a camera the session does not have), then the question, with
-    the scene in front of it when the question is about it (a video session)."""
+    the scene in front of it when the question is about it (a video session), and with the scene the reply's
+    first word when the scene decides it (``lead``, ``pipelines.voice.grounding``): an assistant message the LLM
+    goes on from."""
     messages = [ChatMessage("system", system), *history]
     if recalled:
         messages.append(ChatMessage("system", recalled if video or about_scene(question) else without_camera(recalled)))
@@ -108,6 +110,8 @@ def turn_messages(system: str, history: Sequence[ChatMessage], question: str, *,
         # In the user's own message: a 0.5B model answers "yes, I see someone" of an empty view when the scene
         # is a system message before the question, and reads it when it stands in the question (bench/answers.py)
         question = f"[Camera: {scene}]\n{question}"
+        if lead:
+            return [*messages, ChatMessage("user", question), ChatMessage("assistant", lead)]
     return [*messages, ChatMessage("user", question)]
 
 

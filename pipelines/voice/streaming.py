@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import Executor
 
 import numpy as np
@@ -29,6 +29,17 @@ log = logging.getLogger(__name__)
 
 CLAUSE_PAUSE_MS = 120  # the pause kept after a clause spoken on its own (Piper ends every chunk with ~200 ms)
 WORD_CUT_PAUSE_MS = 40  # ... and after a chunk cut between two words, where a comma's pause sounds like a stumble
+
+
+async def after_lead(lead: str, deltas: AsyncIterator[str]) -> AsyncGenerator[str, None]:
+    """A continued reply as it is spoken: ``lead`` (the text the LLM went on from) out with the first delta, so the
+    reply's timing stays the LLM's (its first token), with a space between them unless the LLM gave one."""
+    async for delta in deltas:
+        if lead:
+            delta, lead = lead + ("" if delta[:1].isspace() else " ") + delta, ""
+        yield delta
+    if lead:  # the LLM added nothing
+        yield lead
 
 
 def pause_after(chunk: str) -> float | None:
@@ -144,8 +155,11 @@ class ReplyStreamer:
         if canned is not None:
             yield canned
             return
+        # A last assistant message is the reply's first word (pipelines.voice.grounding): the LLM streams only what
+        # follows it.
+        lead = request.messages[-1].content if request.messages and request.messages[-1].role == "assistant" else ""
         async with contextlib.aclosing(self._llm.stream(request)) as deltas:
-            async for delta in deltas:
+            async for delta in after_lead(lead, deltas):
                 yield delta
 
     async def synthesize(self, text: str, *, first: bool, clause: bool) -> np.ndarray:

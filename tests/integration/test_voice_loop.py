@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from aiortc.contrib.media import MediaPlayer
 
+from models.llm import ChatMessage
 from models.stt.whisper import WhisperStt
 from pipelines.voice.audio import OUT_RATE
 from server.cli.client import VigilClient
@@ -192,6 +193,22 @@ async def test_prompt_carries_the_live_scene(vigil, tmp_path: Path):
         # the scene stands in the question itself (replies.turn_messages), the question on its last line
         assert question.role == "user" and "The camera sees 2 people." in question.content, question
         assert question.content.splitlines()[-1].lower().startswith("how many people")
+    player.video.stop()
+
+
+async def test_a_yes_or_no_question_of_an_empty_view_is_answered_no(vigil, tmp_path: Path):
+    """The default 0.5B answered "Yes, I can see someone!" of an empty room with "0 people" in its prompt: the
+    detector's counts give the reply's first word (pipelines.voice.grounding) and the LLM goes on from it."""
+    video = slideshow(tmp_path / "no-one.mp4", [("coffee", 20.0)], fps=5)
+    server = await vigil(voice=VOICE, video={"target_fps": 2}, models={"detector": {"backend": "yolo"}})
+    player = MediaPlayer(str(video))
+    async with VoiceCall(server.url, video=player.video) as call:
+        await call.client.next_message("detections", 30, where=lambda m: m["objects"] == [])
+        call.mic.say(speech("Do you see anyone?"))
+        turn = await call.turn(1, heard=False)
+        reply, request = turn["reply"], _session_loop(server).last_request
+        assert reply.startswith("No, ") and len(reply) > len("No, ") and "yes" not in _words(reply), reply
+        assert request.messages[-1] == ChatMessage("assistant", "No,"), (turn["final"]["text"], request.messages)
     player.video.stop()
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from bench.answers import CATEGORIES, CONVERSATIONS, Conversation, Q, grade, loops, transcript_matches
 from bench.voice import Turn
 
@@ -29,6 +31,9 @@ def test_grades():
     camera = _graded("The camera has not been analysed yet. Mercury.", sun)
     assert (camera.right, camera.absent) == (False, True)
     assert _graded("I see two people.", Q("How many people do you see?", "scene", r"two"), clip="two-people").right
+    empty_view = next(c for c in CONVERSATIONS if c.clip == "no-one").questions[1]  # "How many people do you see?"
+    assert all(_graded(reply, empty_view, clip="no-one").right for reply in ("I see 0 people.", "I can't see anyone."))
+    assert not _graded("I see two people.", empty_view, clip="no-one").right
     looped = _graded("Mercury is hot. Mercury is hot.", sun)
     assert (looped.right, looped.looped) == (False, True)
 
@@ -57,3 +62,27 @@ def test_a_turn_shows_vigils_stages_and_a_misheard_earlier_turn_explains_a_wrong
     assert not results[1].right
     report(results, ["vigil"])
     assert "of 1 wrong answers 1 followed a transcript that differs from what was said" in capsys.readouterr().out
+
+
+def test_a_served_set_up_can_change_the_config_beside_the_default():
+    from bench.answers import served_config
+
+    base = {"video": {"zones": [{"name": "door"}]}}
+    changed = served_config("qwen2.5-0.5b@base,voice.scene_lead=false,voice.max_reply_sentences=2", base)
+    assert changed == {"video": {"zones": [{"name": "door"}]}, "voice": {"scene_lead": False, "max_reply_sentences": 2},
+                       "models": {"llm": {"weights": "qwen2.5-0.5b"}, "stt": {"model_dir": "base"}}}
+    assert base == {"video": {"zones": [{"name": "door"}]}}  # each set-up its own copy
+    assert served_config("/models/a,b.gguf,voice.scene_lead=false", base)["models"]["llm"] == {
+        "model_path": "/models/a,b.gguf"}
+    with pytest.raises(SystemExit, match=r"section\.key=value"):
+        served_config("qwen2.5-0.5b,voice.scene_lead", base)
+
+
+def test_the_scene_questions_bench_takes_the_spoken_ones_and_holds_others_out():
+    from bench.scene_questions import HELD_OUT, bench_conversations
+
+    spoken = [(state.summary(), [q.text for q in asked]) for state, asked in bench_conversations()]
+    assert [texts for _, texts in spoken] == [[q.text for q in c.questions] for c in CONVERSATIONS if c.clip]
+    assert "2 people" in spoken[0][0] and "no one" in spoken[1][0]
+    held = {q.text for _, asked in HELD_OUT for q in asked}
+    assert len(held) == 12 and not held & {q.text for c in CONVERSATIONS for q in c.questions}
