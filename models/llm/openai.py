@@ -12,9 +12,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from models.llm import LANGUAGE_MODELS, LanguageModel
+from models.llm.openai_chat import FinalMessage
 from models.llm.router import ANY_MODEL, RoutedLlm, RoutingConfig, UpstreamConfig
 from models.packaged import ModelNotAvailable
 from models.registry import BackendConfig
+
+FINAL_MESSAGE = ("How it goes on from a last assistant message: no (the default: taken as a finished turn), vllm "
+                 "(sent continue_final_message), llama.cpp (its server does by itself). With every upstream able "
+                 "to, the voice loop gives yes-or-no questions about people in view their first word "
+                 "(voice.scene_lead).")
 
 
 class _Part(BaseModel):
@@ -30,6 +36,7 @@ class LlmUpstream(_Part):
     api_key: SecretStr | None = None
     cost: float = Field(1.0, ge=0, description="Relative cost; cost-aware routing prefers cheaper among equals.")
     context_window: int = Field(4096, ge=256)
+    final_message: FinalMessage = Field("no", description=FINAL_MESSAGE)
 
 
 class LlmRouting(_Part):
@@ -54,6 +61,7 @@ class OpenAiLlmConfig(BackendConfig):
     model: str = Field("smollm2-135m-instruct", description="The model name clients ask for (and the plain "
                        "base_url upstream is asked for).")
     api_key: SecretStr | None = None
+    final_message: FinalMessage = Field("no", description="The plain base_url upstream: " + FINAL_MESSAGE)
     upstreams: list[LlmUpstream] = Field(
         default_factory=list, description="OpenAI-compatible upstreams (e.g. vLLM replicas) the router picks from."
     )
@@ -93,11 +101,11 @@ def upstream_configs(llm: OpenAiLlmConfig) -> list[UpstreamConfig]:
     upstreams = [
         UpstreamConfig(
             name=u.name, base_url=u.base_url, models=tuple(u.models), api_key=_secret(u.api_key), cost=u.cost,
-            context_window=u.context_window,
+            context_window=u.context_window, final_message=u.final_message,
         )
         for u in llm.upstreams
     ]
     if llm.base_url:
         upstreams.insert(0, UpstreamConfig(name="default", base_url=llm.base_url, models=(ANY_MODEL,),
-                                           api_key=_secret(llm.api_key)))
+                                           api_key=_secret(llm.api_key), final_message=llm.final_message))
     return upstreams

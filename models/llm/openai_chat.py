@@ -7,14 +7,20 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
 from models.llm import ChatMessage, LlmRequest, LlmRequestError, LlmUnavailable, TextStream, TokenChunk, Usage
 
+# How an upstream goes on from a last assistant message (the voice loop's grounded first word): not at all (the
+# message is taken as a finished turn), as vLLM does when asked (continue_final_message), or as llama.cpp's server
+# does by itself (assistant prefill).
+FinalMessage = Literal["no", "vllm", "llama.cpp"]
 
-def request_body(request: LlmRequest, model: str | None, *, llama_cpp: bool = False) -> dict[str, Any]:
+
+def request_body(request: LlmRequest, model: str | None, *, llama_cpp: bool = False,
+                 final_message: FinalMessage = "no") -> dict[str, Any]:
     body: dict[str, Any] = {
         "messages": [{"role": m.role, "content": m.content} for m in request.messages],
         "max_tokens": request.max_tokens,
@@ -28,6 +34,8 @@ def request_body(request: LlmRequest, model: str | None, *, llama_cpp: bool = Fa
         body["logprobs"] = True
     if llama_cpp and request.repeat_penalty is not None:
         body["repeat_penalty"] = request.repeat_penalty
+    if final_message == "vllm" and request.messages and request.messages[-1].role == "assistant":
+        body.update(continue_final_message=True, add_generation_prompt=False)  # vLLM refuses the two together
     return body
 
 
@@ -72,12 +80,15 @@ class OpenAiLlm(TextStream):
         api_key: str | None = None,
         timeout: float = 30.0,
         context_window: int = 4096,
+        final_message: FinalMessage = "no",
     ) -> None:
         base = base_url.rstrip("/")
         self.url = (base if base.endswith("/v1") else base + "/v1") + "/chat/completions"
         self.name = model
         self.model = model
         self.context_window = context_window
+        self.final_message = final_message
+        self.continues_final_message = final_message != "no"
         self._headers = {"Accept": "text/event-stream"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -98,7 +109,7 @@ class OpenAiLlm(TextStream):
         return LlmUnavailable(f"LLM backend {self.url} is unavailable: {reason}")
 
     async def generate(self, request: LlmRequest) -> AsyncIterator[TokenChunk]:
-        body = request_body(request, request.model or self.model)
+        body = request_body(request, request.model or self.model, final_message=self.final_message)
         try:
             response = await self._client().post(self.url, json=body)
         except (aiohttp.ClientError, TimeoutError) as exc:

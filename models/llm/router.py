@@ -43,7 +43,7 @@ import aiohttp
 from prometheus_client import Counter, Gauge, Histogram
 
 from models.llm import ChatMessage, LlmRequest, LlmRequestError, LlmUnavailable, TextStream, TokenChunk
-from models.llm.openai_chat import OpenAiLlm
+from models.llm.openai_chat import FinalMessage, OpenAiLlm
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ class UpstreamConfig:
     api_key: str | None = None
     cost: float = 1.0
     context_window: int = 4096
+    final_message: FinalMessage = "no"  # how it goes on from a last assistant message (openai_chat.FinalMessage)
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ class Upstream:
         self.config = config
         self.name = config.name
         self.llm = OpenAiLlm(config.base_url, config.models[0] if config.models else "", api_key=config.api_key,
-                             timeout=request_timeout_s, context_window=config.context_window)
+                             timeout=request_timeout_s, context_window=config.context_window,
+                             final_message=config.final_message)
         self.models: set[str] = set(config.models)
         self.healthy = True  # admitted until a check or a request says otherwise
         self.reason = ""  # why it was last ejected
@@ -236,6 +238,8 @@ class RoutedLlm(TextStream):
         self.default_model = default_model
         self.name = default_model
         self.context_window = min(u.config.context_window for u in self.upstreams)
+        # Any upstream may take a request: a last assistant message is continued only if every one continues it.
+        self.continues_final_message = all(u.llm.continues_final_message for u in self.upstreams)
         self.strategy = make_strategy(self.config)
         self._health_task: asyncio.Task[None] | None = None
         self._started: asyncio.Future[None] | None = None

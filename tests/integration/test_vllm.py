@@ -200,6 +200,29 @@ def _llama_requests(llama: LlmServer, before: float) -> int:
     return round((llama.metrics()["tokens_predicted_total"] - before) / TOKENS)
 
 
+async def _continued(upstream: UpstreamConfig, messages: list[ChatMessage]) -> tuple[bool, str]:
+    llm = RoutedLlm([upstream], MODEL)
+    try:
+        async with contextlib.aclosing(llm.stream(LlmRequest(messages, max_tokens=8))) as deltas:
+            return llm.continues_final_message, "".join([delta async for delta in deltas])
+    finally:
+        await llm.close()
+
+
+async def test_both_kinds_of_upstream_go_on_from_a_last_assistant_message(vllm):
+    """How the voice loop's grounded first word (pipelines/voice/grounding.py) reaches an HTTP upstream: vLLM goes
+    on from the message when asked (continue_final_message), llama.cpp's server by itself. From "1, 2, 3, 4," the
+    count goes on at 5; an upstream that takes the message as a finished turn gives the voice loop no lead."""
+    counting = [ChatMessage("user", "Count from 1 to 10."), ChatMessage("assistant", "1, 2, 3, 4,")]
+    async with _llama() as llama:
+        for upstream in (UpstreamConfig("vllm", vllm.url, (MODEL,), final_message="vllm"),
+                         UpstreamConfig("llama", llama.url, (MODEL,), final_message="llama.cpp")):
+            continues, text = await _continued(upstream, counting)
+            assert continues and re.match(r"\s*5\b", text), (upstream.name, text)
+    continues, text = await _continued(UpstreamConfig("vllm", vllm.url, (MODEL,)), counting)
+    assert not continues and not re.match(r"\s*5\b", text), text
+
+
 async def test_least_latency_routes_between_vllm_and_llama_cpp_by_measured_ttft(vllm):
     async with _llama() as llama:
         llm = _router(vllm, llama, strategy="least-latency")

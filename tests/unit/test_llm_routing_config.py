@@ -36,9 +36,20 @@ def test_every_routing_value_set_in_the_config_arrives():
 
 def test_upstreams_keep_their_values_and_the_plain_base_url_comes_first():
     llm = load_settings(None, {"models": {"llm": {"backend": "openai", "base_url": "http://a/v1", "api_key": "ka",
+                                                  "final_message": "llama.cpp",
                                                   "upstreams": [{"name": "b", "base_url": "http://b/v1",
                                                                  "models": ["m"], "api_key": "kb", "cost": 2.0,
-                                                                 "context_window": 8192}]}}}).models.llm
+                                                                 "context_window": 8192,
+                                                                 "final_message": "vllm"}]}}}).models.llm
     first, second = upstream_configs(llm)
     assert (first.name, first.base_url, first.models, first.api_key) == ("default", "http://a/v1", ("*",), "ka")
-    assert second == UpstreamConfig("b", "http://b/v1", ("m",), "kb", 2.0, 8192)
+    assert first.final_message == "llama.cpp"
+    assert second == UpstreamConfig("b", "http://b/v1", ("m",), "kb", 2.0, 8192, "vllm")
+
+
+def test_the_router_continues_a_last_assistant_message_only_if_every_upstream_does():
+    from models.llm.router import RoutedLlm
+
+    vllm, plain = UpstreamConfig("a", "http://a/v1", final_message="vllm"), UpstreamConfig("b", "http://b/v1")
+    assert RoutedLlm([vllm], "m").continues_final_message
+    assert not RoutedLlm([vllm, plain], "m").continues_final_message
