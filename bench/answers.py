@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import re
 import statistics
 import sys
@@ -42,9 +41,9 @@ from bench.voice import (
     Turn,
     VigilPeer,
     ensure_pipecat_venv,
-    llm_config,
     only_loopback,
     percentile,
+    served_config,
     trimmed,
 )
 from server.media.ice import restrict_host_addresses
@@ -344,31 +343,6 @@ def report(results: list[Graded], servers: list[str]) -> None:
                 vm = statistics.median(audio or heard[server])
                 print(f"  {server} / pipecat (same audio-only conversations): median {vm / pm:.2f}; goal <= 0.5: "
                       f"{'met' if vm <= 0.5 * pm else 'NOT met'} ({vm:.0f} vs {0.5 * pm:.0f} ms)")
-
-
-def served_models(spec: str) -> dict[str, Any]:
-    """``--llm`` LLM[@STT]: models.llm, and models.stt.model_dir when an STT is named (tiny.en, base, a directory)."""
-    llm, _, stt = spec.partition("@")
-    return {"llm": llm_config(llm), **({"stt": {"model_dir": stt}} if stt else {})}
-
-
-def served_config(spec: str, base: dict[str, Any]) -> dict[str, Any]:
-    """``--llm`` LLM[@STT][,section.key=value...]: ``base`` with the models and any config overrides (e.g.
-    ``qwen2.5-0.5b,voice.scene_lead=false``: a change beside the default in one run)."""
-    import yaml
-
-    models, *overrides = re.split(r",(?=[\w-]+(?:\.[\w-]+)+=)", spec)  # a path may hold commas; a key does not
-    if "," in models and not models.partition("@")[0].endswith(".gguf"):
-        raise SystemExit(f"--llm {spec!r}: what follows a comma is not section.key=value")
-    config = {**copy.deepcopy(base), "models": served_models(models)}
-    for override in overrides:
-        key, _, value = override.partition("=")
-        *sections, name = key.split(".")
-        node = config
-        for section in sections:
-            node = node.setdefault(section, {})
-        node[name] = yaml.safe_load(value)
-    return config
 
 
 def log_name(spec: str) -> str:

@@ -15,6 +15,7 @@ beside its heard figures.
     python -m bench.voice --vigil-root /work/wt/voice --turns 12
     python -m bench.voice --vigil-root /work/main --vigil-root /work/wt/voice@voice   # two Vigils, one run
     python -m bench.voice --llm qwen2.5-0.5b --llm smollm2-135m   # one Vigil per LLM (models.llm), one run
+    python -m bench.voice --llm qwen2.5-0.5b --llm qwen2.5-0.5b,voice.turn_max_silence_ms=1200   # a config change
 
 Without ``--no-sandbox`` the bench creates the venv if needed, then re-executes itself in a private network
 namespace with only loopback (``unshare -n``), so nothing it runs can download anything.
@@ -24,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -77,6 +80,31 @@ SECOND_HALF_WORD = "tomorrow"
 def llm_config(spec: str) -> dict[str, Any]:
     """``--llm``: a packaged name (models.llm.weights) or a GGUF path (models.llm.model_path)."""
     return {"model_path": str(Path(spec).resolve())} if spec.endswith(".gguf") else {"weights": spec}
+
+
+def served_models(spec: str) -> dict[str, Any]:
+    """``--llm`` LLM[@STT]: models.llm, and models.stt.model_dir when an STT is named (tiny.en, base, a directory)."""
+    llm, _, stt = spec.partition("@")
+    return {"llm": llm_config(llm), **({"stt": {"model_dir": stt}} if stt else {})}
+
+
+def served_config(spec: str, base: dict[str, Any]) -> dict[str, Any]:
+    """``--llm`` LLM[@STT][,section.key=value...]: ``base`` with the models and any config overrides (e.g.
+    ``qwen2.5-0.5b,voice.scene_lead=false``: a change beside the default in one run)."""
+    import yaml
+
+    models, *overrides = re.split(r",(?=[\w-]+(?:\.[\w-]+)+=)", spec)  # a path may hold commas; a key does not
+    if "," in models and not models.partition("@")[0].endswith(".gguf"):
+        raise SystemExit(f"--llm {spec!r}: what follows a comma is not section.key=value")
+    config = {**copy.deepcopy(base), "models": served_models(models)}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        *sections, name = key.split(".")
+        node = config
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = yaml.safe_load(value)
+    return config
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -598,9 +626,8 @@ async def run(args: argparse.Namespace, pipecat_python: Path, roots: dict[str, t
     def config(name: str) -> dict[str, Any]:
         llm = {"models": {"llm": {"backend": "openai", "base_url": f"http://127.0.0.1:{vllm.port}"}}} if (
             vllm is not None and name == "vigil+vllm") else {}
-        if name in llms:
-            llm = {"models": {"llm": llm_config(llms[name])}}
-        return {"webrtc": {"host_addresses": ["127.0.0.1"]}, **llm}
+        base = {"webrtc": {"host_addresses": ["127.0.0.1"]}, **llm}
+        return served_config(llms[name], base) if name in llms else base
 
     vigils = {name: VigilProcess(logs, config(name), root=root, memory_off=False,
                                  args=["--grpc-port", str(free_port())],
@@ -700,9 +727,10 @@ def main() -> None:
         help="a Vigil checkout to serve (default: this one); DIR@REV serves that commit of it (exported to "
              ".cache/, so uncommitted edits stay out). Repeat it to measure several, alternating, in one run")
     parser.add_argument(
-        "--llm", action="append", metavar="NAME|FILE.gguf",
+        "--llm", action="append", metavar="NAME|FILE.gguf[@STT][,section.key=value...]",
         help="serve each checkout once per LLM: a models.llm.weights name (qwen2.5-0.5b, smollm2-135m, qwen2.5-1.5b) "
-             "or a GGUF path; repeat to compare several in one run (default: the checkout's default config)")
+             "or a GGUF path, optionally an STT (@base) and config overrides (,voice.turn_max_silence_ms=1200); "
+             "repeat to compare several in one run (default: the checkout's default config)")
     parser.add_argument("--turns", type=int, default=10, help="questions per server (alternating)")
     parser.add_argument("--paused", type=int, default=3, help="paused questions per server (0: none)")
     parser.add_argument("--turns-per-connection", type=int, default=6,

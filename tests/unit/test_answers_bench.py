@@ -65,7 +65,7 @@ def test_a_turn_shows_vigils_stages_and_a_misheard_earlier_turn_explains_a_wrong
 
 
 def test_a_served_set_up_can_change_the_config_beside_the_default():
-    from bench.answers import served_config
+    from bench.voice import served_config
 
     base = {"video": {"zones": [{"name": "door"}]}}
     changed = served_config("qwen2.5-0.5b@base,voice.scene_lead=false,voice.max_reply_sentences=2", base)
