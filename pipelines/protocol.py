@@ -430,8 +430,9 @@ class TurnMetrics(_Outbound):
         None, description="First reply audio queued (first_audio_ms) -> its first frame sent (voice_to_voice_ms)."
     )
     continues_turn: int | None = Field(
-        None, description="The user went on after a pause before hearing any of turn N's reply (it was cut "
-        "unheard): this turn's text starts with turn N's, and its answer is to both."
+        None, description="The user went on after a pause before they could have heard turn N's reply (before any "
+        "of it, or within 0.5 s of its start; it was cut): this turn's text starts with turn N's, and its answer is "
+        "to both."
     )
 
 

@@ -23,7 +23,7 @@ the turn ends if the final transcript matches; speech that goes on discards it.
 - the models they run on (``engine.py``: ``VoiceEngine``, shared by every session's loop).
 
 What stays here is who holds the floor across them: the turn being spoken, the reply being played, barge-in, and
-a turn that continues one whose reply was cut unheard.
+a turn that continues one whose reply was cut before the user could have heard it.
 """
 
 from __future__ import annotations
@@ -65,6 +65,11 @@ log = logging.getLogger(__name__)
 TURN_CHECK_WAIT_S = 0.5
 # The most a prompt warm-up may take (partial decodes wait for it): cancelled, llama.cpp stops within a token.
 WARM_UP_TIMEOUT_S = 1.0
+# Speech that began within this long of the reply's first audio going out cannot be an answer to that reply:
+# hearing its first word and reacting takes longer (a word ~0.3 s, a spoken reaction >= ~0.2 s more). Such a
+# barge-in is the user going on after a pause the turn model took for the end (bench/turn_ends.py: most pauses
+# mid-sentence score "finished" at 200 ms on Piper's voice), so the next turn continues the cut one.
+GOING_ON_S = 0.5
 
 
 class VoiceLoop:
@@ -103,7 +108,7 @@ class VoiceLoop:
         self._turn_check: asyncio.Task[None] | None = None
         self._finishing: set[asyncio.Task[None]] = set()  # turns ended, waiting for their final transcript
         self._barge_in_at: float | None = None
-        self._unheard: Turn | None = None  # the last turn whose reply was cut before any of it was heard
+        self._unheard: Turn | None = None  # the last turn whose reply was cut before the user could hear it
 
     @property
     def last_request(self) -> LlmRequest | None:
@@ -392,9 +397,9 @@ class VoiceLoop:
 
     async def _barge_in(self) -> None:
         turn = self._replying
-        self._barge_in_at = time.perf_counter()
-        if turn is not None and turn.text and turn.audio_queued is None:
-            self._unheard = turn  # nothing of its reply was heard: the user's next words go on from it
+        self._barge_in_at = now = time.perf_counter()
+        if turn is not None and turn.text and self._went_on(turn, now):
+            self._unheard = turn  # the user's next words go on from it
             if self._turn is not None:
                 self._continue_unheard(self._turn)
         if self._reply_task is not None:
@@ -405,9 +410,19 @@ class VoiceLoop:
             self._send(Event, name="barge_in", data={"turn": turn.number, "dropped_audio_ms": round(dropped / 48, 1)})
         telemetry.VOICE_BARGE_INS.inc()
 
+    def _went_on(self, turn: Turn, now: float) -> bool:
+        """Whether the speech that barges in on ``turn``'s reply goes on with the user's own turn: it began before
+        any of the reply was sent, or too soon after to answer it (``GOING_ON_S``)."""
+        if turn.audio_queued is None:
+            return True
+        if not self._turns.endpointer.speech_run:
+            return False  # not the user's speech: a typed turn, or a newer turn's reply
+        began = now - self._turns.endpointer.speech_run_ms / 1000.0
+        return began < turn.audio_queued + GOING_ON_S
+
     def _continue_unheard(self, turn: Turn) -> None:
-        """The user went on speaking before hearing any of the previous turn's reply: this turn continues it
-        (its text is prefixed to this one's, and the answer is to both)."""
+        """The user went on speaking before they could have heard the previous turn's reply (``_went_on``): this
+        turn continues it (its text is prefixed to this one's, and the answer is to both)."""
         unheard, self._unheard = self._unheard, None
         if unheard is not None and unheard.number == turn.number - 1:
             turn.prefix = continued(unheard.prefix, unheard.text) if unheard.prefix else unheard.text

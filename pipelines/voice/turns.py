@@ -1,5 +1,5 @@
 """One turn's record, shared by the voice loop's parts: its number, when its speech ended, its final text, its
-metrics, and the earlier turn it continues (one whose reply was cut before any of it was heard)."""
+metrics, and the earlier turn it continues (one whose reply was cut before the user could have heard it)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class Turn:
     metrics: TurnMetricsBuilder = field(default_factory=TurnMetricsBuilder)
     reported: bool = False
     text: str = ""  # the final transcript, once known
-    prefix: str = ""  # the text of the turn it continues (whose reply was cut before it was heard)
+    prefix: str = ""  # the text of the turn it continues (whose reply was cut before the user could hear it)
 
 
 def continued(before: str, after: str) -> str:

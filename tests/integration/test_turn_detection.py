@@ -20,7 +20,7 @@ from models.turn import SmartTurnV3
 from pipelines.voice.audio import ReplyAudioTrack, trim_silence
 from server.config import VoiceSettings
 from tests.integration.test_voice_loop import VOICE, VoiceCall, _session_loop, _words
-from tests.support.audio import silence, speech, speech_split
+from tests.support.audio import rms, silence, speech, speech_split
 
 PAUSED = "Could you tell me what the weather will be like tomorrow?"
 PAUSED_AFTER = 9  # words: "... will be like" | "tomorrow?"
@@ -285,3 +285,37 @@ def test_trim_silence_cuts_the_lead_and_shortens_the_tail():
     assert trimmed.size == rate // 2 + rate // 200 + rate // 10
     assert np.array_equal(trimmed, pcm[onset:onset + trimmed.size])
     assert np.array_equal(trim_silence(pcm, rate, lead=False, keep_tail_ms=None), pcm)
+
+
+@pytest.mark.parametrize("reacts_after_s", [0.0, 1.5])
+async def test_a_user_who_goes_on_as_the_reply_starts_continues_the_turn(vigil, reacts_after_s: float):
+    """The turn ends on "What is the capital" (silence end of turn, so the cut is certain) and its reply starts.
+    A user who goes on the moment the first reply audio arrives ("of France?") began before they could have heard
+    and answered it: the reply is cut and the next turn continues the first, one answer to the whole question
+    (without the rule, "of France?" was answered alone). A user who speaks 1.5 s into the reply answers it:
+    their words are a turn of their own."""
+    server = await vigil(voice={**VOICE, "turn_detection": "silence", "end_of_turn_silence_ms": 300,
+                                "prefill": False})
+    first = speech("What is the capital" if reacts_after_s == 0 else "Tell me three facts about cats.")
+    second = speech("of France?" if reacts_after_s == 0 else "Thank you very much.")  # no comma: one turn
+    async with VoiceCall(server.url) as call:
+        recorder = call.recorder
+        assert recorder is not None
+        heard = asyncio.Event()
+        recorder.on_frame = lambda samples: heard.set() if rms(samples) > 300 else None
+        call.mic.say(silence(0.3))
+        call.mic.say(first)
+        await asyncio.wait_for(heard.wait(), 60)
+        await asyncio.sleep(reacts_after_s)
+        call.mic.say(second)
+        messages = await _messages_until_metrics(call, 2)
+        cuts = [m["data"]["turn"] for m in messages if m["type"] == "event" and m["name"] == "barge_in"]
+        assert cuts == [1], messages  # turn 1's reply was cut by the user's speech
+        metrics = messages[-1]["turn"]
+        asked = _session_loop(server).last_request.messages[-1].content.lower()
+        if reacts_after_s == 0:
+            assert metrics.get("continues_turn") == 1, metrics
+            assert {"capital", "france"} <= _words(asked), asked
+        else:
+            assert "continues_turn" not in metrics, metrics
+            assert "cats" not in _words(asked) and "thank" in _words(asked), asked
