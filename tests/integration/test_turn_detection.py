@@ -315,7 +315,10 @@ async def test_a_user_who_goes_on_as_the_reply_starts_continues_the_turn(vigil, 
         asked = _session_loop(server).last_request.messages[-1].content.lower()
         if reacts_after_s == 0:
             assert metrics.get("continues_turn") == 1, metrics
-            assert {"capital", "france"} <= _words(asked), asked
+            # The first half's words lead the question asked (tiny.en hears "of France?" alone as "a friend?" at
+            # times: the joined question, not the second half's hearing, is what is tested here).
+            (final,) = [m for m in messages if m["type"] == "transcript" and m["final"] and m["turn"] == 2]
+            assert asked.startswith("what is the capital ") and asked == final["text"].lower(), (asked, final)
         else:
             assert "continues_turn" not in metrics, metrics
             assert "cats" not in _words(asked) and "thank" in _words(asked), asked
