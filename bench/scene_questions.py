@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from bench.answers import CONVERSATIONS
@@ -82,12 +83,7 @@ async def ask(llm: EmbeddedLlm, conversations: list[tuple[SceneState, list[Asked
         for question in questions:
             first = answer_lead(question.text, state) if lead else None
             messages = turn_messages(system, history, question.text, video=True, scene=state.summary(), lead=first)
-            request = LlmRequest(messages, max_tokens=options.max_reply_tokens, temperature=options.temperature,
-                                 repeat_penalty=options.repeat_penalty)
-            reply = ""
-            async with contextlib.aclosing(llm.stream(request)) as deltas:
-                async for delta in deltas:
-                    reply += delta
+            reply = await reply_to(llm, messages, options)
             if first:  # as pipelines.voice.streaming speaks it: the lead, then what the LLM went on with
                 reply = first + ("" if reply[:1].isspace() else " ") + reply
             reply = reply.strip()
@@ -100,32 +96,54 @@ async def ask(llm: EmbeddedLlm, conversations: list[tuple[SceneState, list[Asked
     return right, asked
 
 
-async def run(models: list[str]) -> None:
-    rows = []
+async def reply_to(llm: EmbeddedLlm, messages: list[ChatMessage], options: VoiceLoopOptions) -> str:
+    """The LLM's whole reply, asked as the voice loop asks (its reply cap, temperature and repetition penalty)."""
+    request = LlmRequest(messages, max_tokens=options.max_reply_tokens, temperature=options.temperature,
+                         repeat_penalty=options.repeat_penalty)
+    reply = ""
+    async with contextlib.aclosing(llm.stream(request)) as deltas:
+        async for delta in deltas:
+            reply += delta
+    return reply
+
+
+async def each_llm(models: list[str]) -> AsyncIterator[tuple[str, EmbeddedLlm]]:
+    """Each packaged model by its weights name, opened in turn and closed after."""
     for weights in models:
         llm = await EmbeddedLlm.open(str(packaged_llm_path(weights)))
         try:
-            for lead in (True, False):
-                label = f"{weights}, scene_lead={'on' if lead else 'off'}"
-                bench = await ask(llm, bench_conversations(), lead=lead, label=label)
-                held = await ask(llm, HELD_OUT, lead=lead, label=label)
-                rows.append((label, bench, held))
+            yield weights, llm
         finally:
             await llm.close()
-    print(f"\n{'set-up':34} {'answer bench':>14} {'held out':>14}")
-    for label, (b_ok, b_n), (h_ok, h_n) in rows:
-        print(f"{label:34} {b_ok:>5}/{b_n:<2} {100 * b_ok / b_n:3.0f} % {h_ok:>5}/{h_n:<2} {100 * h_ok / h_n:3.0f} %")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def models_asked(description: str) -> list[str]:
+    """The command line's ``--llm`` (repeated for a side-by-side run), else the packaged default."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--llm", action="append", help="models.llm.weights (default: the packaged default)")
     args = parser.parse_args()
     if not args.llm:
         from models.packaged import DEFAULT_LLM
 
         args.llm = [DEFAULT_LLM]
-    asyncio.run(run(args.llm))
+    return args.llm
+
+
+async def run(models: list[str]) -> None:
+    rows = []
+    async for weights, llm in each_llm(models):
+        for lead in (True, False):
+            label = f"{weights}, scene_lead={'on' if lead else 'off'}"
+            bench = await ask(llm, bench_conversations(), lead=lead, label=label)
+            held = await ask(llm, HELD_OUT, lead=lead, label=label)
+            rows.append((label, bench, held))
+    print(f"\n{'set-up':34} {'answer bench':>14} {'held out':>14}")
+    for label, (b_ok, b_n), (h_ok, h_n) in rows:
+        print(f"{label:34} {b_ok:>5}/{b_n:<2} {100 * b_ok / b_n:3.0f} % {h_ok:>5}/{h_n:<2} {100 * h_ok / h_n:3.0f} %")
+
+
+def main() -> None:
+    asyncio.run(run(models_asked(__doc__.splitlines()[0])))
 
 
 if __name__ == "__main__":

@@ -50,6 +50,10 @@ class VoiceLoopOptions(BaseModel):
         "the detector's counts ('No,' of an empty view) and the LLM goes on from it (pipelines.voice.grounding); "
         "with an LLM that continues a last assistant message (the embedded one)."
     )
+    calculator: bool = Field(
+        True, description="A question that is only a sum ('What is 17 times 23?', 'Add two to that.') is answered "
+        "exactly, without the LLM (pipelines.voice.arithmetic): a small model gets such sums wrong."
+    )
     repeat_penalty: float = Field(1.1, gt=0, le=2, description="llama.cpp's repetition penalty (embedded LLM; 1: off).")
     memory_tokens: int = Field(1024, ge=64, description="Prompt budget: older exchanges are dropped beyond it.")
     temperature: float = Field(0.0, ge=0, le=2)

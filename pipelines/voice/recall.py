@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from models.llm import ChatMessage, LanguageModel, LlmRequest
+from pipelines.voice.arithmetic import calculate
 from pipelines.voice.config import VoiceLoopConfig
 from pipelines.voice.metrics import TurnMetricsBuilder
 from pipelines.voice.replies import (
@@ -41,6 +42,7 @@ class Recall:
         self._llm, self._config = llm, config
         self.history: list[ChatMessage] = []  # this session's exchanges, oldest first
         self.reminders: list[str] = []  # what the user asked to be reminded of, in this session
+        self.last_sum: float | None = None  # the value of the last answer the calculator gave ("Double that.")
 
     async def request(self, text: str, metrics: TurnMetricsBuilder | None, *, video: bool,
                       scene: str | None, lead: str | None = None, remember: bool = True) -> LlmRequest:
@@ -72,18 +74,24 @@ class Recall:
                           repeat_penalty=self._config.repeat_penalty)
 
     def canned(self, text: str) -> str | None:
-        """A reply that needs no LLM: a reminder is acknowledged, and "what did I ask you to remember?" is
-        answered from this session's reminders (without any, the LLM answers, from memory when it has some)."""
+        """A reply that needs no LLM: a reminder is acknowledged, "what did I ask you to remember?" is answered
+        from this session's reminders (without any, the LLM answers, from memory when it has some), and a sum is
+        computed (``pipelines.voice.arithmetic``)."""
         reminder = reminder_request(text)
         if reminder is not None:
             return acknowledge(reminder)
         if self.reminders and asks_for_reminders(text):
             return recite(self.reminders)
+        if self._config.calculator and (calculation := calculate(text, self.last_sum)) is not None:
+            return calculation.text
         return None
 
     def answered(self, text: str, reply: str) -> None:
         """A reply was given in full: the next prompts have the exchange, and a reminder is kept."""
         self.history += [ChatMessage("user", text), ChatMessage("assistant", reply.strip())]
+        # "that" in a follow-up is this answer's only when the calculator gave it: canned() on the same text
+        calculation = calculate(text, self.last_sum) if self._config.calculator else None
+        self.last_sum = calculation.value if calculation is not None and calculation.text == reply.strip() else None
         if (reminder := reminder_request(text)) is not None:
             self.reminders.append(reminder)  # the timeline (and so memory) has the request itself
 

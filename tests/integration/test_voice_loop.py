@@ -316,6 +316,20 @@ async def test_a_reminder_is_acknowledged_kept_and_recalled(vigil):
         assert _session_loop(server).recall.reminders == ["to buy some milk after work"]
 
 
+async def test_a_spoken_sum_is_answered_exactly_and_its_follow_up_goes_on_from_it(vigil):
+    """Qwen2.5 0.5B says 23 times 19 is 457 and, asked to multiply "it" by 4 after 156 divided by 12, multiplies
+    156 (bench/arithmetic.py): a sum is the calculator's (pipelines.voice.arithmetic), without the LLM."""
+    server = await vigil(voice=VOICE)
+    async with VoiceCall(server.url) as call:
+        call.mic.say(speech("What is seventeen times twenty three?"))
+        first = await call.turn(1)
+        assert first["reply"] == "17 times 23 is 391.", first
+        call.mic.say(speech("Add two to that."))
+        second = await call.turn(2, heard=False)
+        assert second["reply"] == "391 plus 2 is 393.", second
+        assert _session_loop(server).recall.last_sum == 393
+
+
 async def test_a_reminder_is_recalled_from_memory_in_a_later_session(vigil, tmp_path: Path):
     """The request is stored in memory (the timeline records the transcript, memory indexes it): a new session,
     which has no reminders of its own, finds it when asked what it should remember."""
