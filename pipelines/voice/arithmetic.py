@@ -142,15 +142,16 @@ def _answer(a: float, operation: Operation, b: float) -> Calculation | None:
 
 
 def _said(said: str, function: Callable[..., float], *numbers: float) -> Calculation | None:
-    """"``said`` is ``function(*numbers)``." to three decimals ("about" when rounded), or None where no number is the
-    answer (dividing by zero, the square root of a negative number, a number too long to say): the LLM's."""
+    """"``said`` is ``function(*numbers)``." to three decimals, or three significant digits below 1 ("about" when
+    rounded), or None where no number is the answer (dividing by zero, the square root of a negative number) or none
+    a voice should say (15 digits or more, or a millionth or less): the LLM's."""
     try:
         result = function(*numbers)
     except (ZeroDivisionError, OverflowError, ValueError):
         return None
-    if isinstance(result, complex) or not math.isfinite(result) or abs(result) >= 1e15:
+    if isinstance(result, complex) or not math.isfinite(result) or abs(result) >= 1e15 or 0 < abs(result) < 1e-6:
         return None
-    rounded = round(result, 3)
+    rounded = round(result, 3) if abs(result) >= 1 else float(f"{result:.3g}")  # 0.0001, not 0
     about = "about " if abs(rounded - result) > 1e-9 * max(1.0, abs(result)) else ""
     text = f"{said} is {about}{say(rounded)}."
     return Calculation(text[0].upper() + text[1:], rounded)
@@ -162,4 +163,4 @@ def say(value: float) -> str:
         return "minus " + say(-value)
     if value == int(value):
         return str(int(value))
-    return f"{value:.3f}".rstrip("0").rstrip(".")
+    return f"{value:.10f}".rstrip("0").rstrip(".")

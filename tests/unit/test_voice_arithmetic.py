@@ -19,6 +19,8 @@ from pipelines.voice.recall import Recall
     ("What is a hundred divided by eight?", "100 divided by 8 is 12.5."),
     ("What is ten divided by three?", "10 divided by 3 is about 3.333."),
     ("What is 0.1 plus 0.2?", "0.1 plus 0.2 is 0.3."),  # not "about": a float's last bit is not a rounding
+    ("What is 1 divided by 10000?", "1 divided by 10000 is 0.0001."),
+    ("What is two divided by three thousand?", "2 divided by 3000 is about 0.000667."),
     ("What is minus five plus two?", "Minus 5 plus 2 is minus 3."),
     ("Twelve squared?", "12 squared is 144."),
     ("What is 3 cubed?", "3 cubed is 27."),
@@ -39,6 +41,7 @@ def test_a_sum_is_answered_exactly(asked: str, answer: str):
     "What is the speed of light times 2?", "What is 5 and 5?", "",
     # no number is the answer, or none a voice should read: the LLM says why
     "What is 5 divided by 0?", "What is the square root of minus four?", "What is 2 to the power of 100?",
+    "What is 1 divided by 10000000?",
     # a follow-up with nothing of the calculator's before it
     "Now double that.", "Add two to that.",
 ])
