@@ -36,16 +36,10 @@ class Operation:
     apply: Callable[[float, float], float]
 
 
-def _divide(a: float, b: float) -> float:
-    if b == 0:
-        raise ZeroDivisionError
-    return a / b
-
-
 PLUS = Operation("plus", lambda a, b: a + b)
 MINUS = Operation("minus", lambda a, b: a - b)
 TIMES = Operation("times", lambda a, b: a * b)
-DIVIDED = Operation("divided by", _divide)
+DIVIDED = Operation("divided by", lambda a, b: a / b)  # ZeroDivisionError by 0
 POWER = Operation("to the power of", lambda a, b: float(a) ** b)  # OverflowError past a float
 PERCENT = Operation("percent of", lambda a, b: a / 100 * b)
 
@@ -59,11 +53,13 @@ _BINARY = {
 }
 _BINARY_WORDS = "|".join(re.escape(word) for word in sorted(_BINARY, key=len, reverse=True))
 _SUM = re.compile(rf"^(?P<a>{_NUMBER}) ?(?P<op>{_BINARY_WORDS}) ?(?P<b>{_NUMBER})$")
-# One number and what is done to it: (pattern naming the number n, how the answer says it, the function)
+# One number and what is done to it: (how the answer says it, the function), and the patterns naming it n
+SQUARED = ("{} squared", lambda n: n * n)
+SQUARE_ROOT = ("the square root of {}", math.sqrt)
 _UNARY = [
-    (re.compile(rf"^(?P<n>{_NUMBER}) squared$"), "{} squared", lambda n: n * n),
+    (re.compile(rf"^(?P<n>{_NUMBER}) squared$"), *SQUARED),
     (re.compile(rf"^(?P<n>{_NUMBER}) cubed$"), "{} cubed", lambda n: n ** 3),
-    (re.compile(rf"^(?:the )?square root of (?P<n>{_NUMBER})$"), "the square root of {}", math.sqrt),
+    (re.compile(rf"^(?:the )?square root of (?P<n>{_NUMBER})$"), *SQUARE_ROOT),
     (re.compile(rf"^half of (?P<n>{_NUMBER})$"), "half of {}", lambda n: n / 2),
     (re.compile(rf"^(?:double|twice) (?P<n>{_NUMBER})$"), "double {}", lambda n: n * 2),
 ]
@@ -80,8 +76,8 @@ _FOLLOW_UPS = [
     (re.compile(rf"^{_THAT} ?(?P<op>{_BINARY_WORDS}) ?(?P<n>{_NUMBER})$"), None, None),
 ]
 _UNARY_FOLLOW_UPS = [
-    (re.compile(rf"^square {_THAT}$|^{_THAT} squared$"), "{} squared", lambda n: n * n),
-    (re.compile(rf"^(?:the )?square root of {_THAT}$"), "the square root of {}", math.sqrt),
+    (re.compile(rf"^square {_THAT}$|^{_THAT} squared$"), *SQUARED),
+    (re.compile(rf"^(?:the )?square root of {_THAT}$"), *SQUARE_ROOT),
 ]
 
 
@@ -104,12 +100,12 @@ def calculate(question: str, last: float | None = None) -> Calculation | None:
     for pattern, phrase, function in _UNARY:
         if (found := pattern.match(asked)) is not None:
             n = _number(found["n"])
-            return _said(phrase.format(say(n)), function, n)
+            return _said(phrase, function, n)
     if last is None:
         return None
     for pattern, phrase, function in _UNARY_FOLLOW_UPS:
         if pattern.match(asked) is not None:
-            return _said(phrase.format(say(last)), function, last)
+            return _said(phrase, function, last)
     for pattern, operation, operand in _FOLLOW_UPS:
         if (found := pattern.match(asked)) is not None:
             if operation is None:
@@ -138,13 +134,16 @@ def _number(spoken: str) -> float:
 
 
 def _answer(a: float, operation: Operation, b: float) -> Calculation | None:
-    return _said(f"{say(a)} {operation.word} {say(b)}", operation.apply, a, b)
+    return _said(f"{{}} {operation.word} {{}}", operation.apply, a, b)
 
 
-def _said(said: str, function: Callable[..., float], *numbers: float) -> Calculation | None:
-    """"``said`` is ``function(*numbers)``." to three decimals, or three significant digits below 1 ("about" when
-    rounded), or None where no number is the answer (dividing by zero, the square root of a negative number) or none
-    a voice should say (15 digits or more, or a millionth or less): the LLM's."""
+def _said(phrase: str, function: Callable[..., float], *numbers: float) -> Calculation | None:
+    """"``phrase`` (its {} the ``numbers``) is ``function(*numbers)``." to three decimals, or three significant
+    digits below 1 ("about" when rounded), or None where no number is the answer (dividing by zero, the square root
+    of a negative number) or a number is none a voice should say (15 digits or more, or a millionth or less; a
+    400-digit number reads as a float's infinity): the LLM's."""
+    if any(not math.isfinite(n) or abs(n) >= 1e15 for n in numbers):
+        return None
     try:
         result = function(*numbers)
     except (ZeroDivisionError, OverflowError, ValueError):
@@ -153,7 +152,7 @@ def _said(said: str, function: Callable[..., float], *numbers: float) -> Calcula
         return None
     rounded = round(result, 3) if abs(result) >= 1 else float(f"{result:.3g}")  # 0.0001, not 0
     about = "about " if abs(rounded - result) > 1e-9 * max(1.0, abs(result)) else ""
-    text = f"{said} is {about}{say(rounded)}."
+    text = f"{phrase.format(*map(say, numbers))} is {about}{say(rounded)}."
     return Calculation(text[0].upper() + text[1:], rounded)
 
 
