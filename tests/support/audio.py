@@ -41,8 +41,8 @@ def _word_aligner():
 
 def word_cuts(text: str, rate: int = OUT_RATE) -> tuple[np.ndarray, list[tuple[str, int]]]:
     """``text`` spoken whole, and where it may be cut between words: (pcm, [(the words before the cut, sample
-    index of the cut)] after its second word onwards). A cut lies at the quietest 10 ms within 80 ms of the boundary
-    Whisper's word timestamps give."""
+    index of the cut)], one cut after each word but the last, as Whisper counts them). A cut lies at the quietest
+    10 ms within 80 ms of the boundary Whisper's word timestamps give."""
     pcm = speech(text, rate)
     audio16 = resample_pcm(pcm, rate, 16000).astype(np.float32) / 32768.0
     segments, _ = _word_aligner().transcribe(audio16, language="en", word_timestamps=True, beam_size=1)
