@@ -207,8 +207,14 @@ class ClusterNode:
     async def leave(self) -> None:
         """On shutdown (SIGTERM included): hand the sources over, then leave the cluster."""
         if self._task is not None:
-            with contextlib.suppress(ClusterUnavailable, ApiError):
-                await self.drain()
+            try:
+                drained = await self.drain()
+                log.info("cluster: node %s leaves, its sources handed over: %s; not taken (they stay placed): %s",
+                         self.node_id, drained["handed_over"] or "none", drained["not_taken"] or "none")
+            except ApiError as error:  # no other node, or no Redis: the sources stay placed for the next node up
+                log.info("cluster: node %s leaves, its sources placed as they are: %s", self.node_id, error.message)
+            except (aioredis.RedisError, OSError) as error:  # Redis went away mid-drain: the same
+                log.info("cluster: node %s leaves, its sources placed as they are: Redis: %s", self.node_id, error)
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -482,13 +488,16 @@ class ClusterNode:
         there. A source no node has room for is not waited for: it stays placed, and the next node with room
         takes it (as after a node's death)."""
         self._require()
-        others = [node for node in self._nodes.values() if node.id != self.node_id and not node.draining]
-        if self.local_specs and not others:
-            raise ApiError("no_other_node", "no other live node can take this node's sources over")
-        self.draining = True
-        handed: list[str] = []
-        no_room: list[str] = []
         async with self._tick_lock:
+            # Who is there now, not at the last pass: a node that left or began draining since (every node of a
+            # cluster stopped at once) would never take what is handed to it.
+            self._nodes = await self._read_nodes()
+            others = [node for node in self._nodes.values() if node.id != self.node_id and not node.draining]
+            if self.local_specs and not others:
+                raise ApiError("no_other_node", "no other live node can take this node's sources over")
+            self.draining = True
+            handed: dict[str, str] = {}  # source -> the node it was handed to
+            no_room: list[str] = []
             await self._publish()  # others stop placing here at once
             loads = {node.id: node.score for node in others}
             for source_id, spec in list(self.local_specs.items()):
@@ -503,19 +512,24 @@ class ClusterNode:
                                                *placements)
                 if target:
                     loads[target] = (loads[target][0] + 1, loads[target][1])
-                    handed.append(source_id)
+                    handed[source_id] = target
                 else:
                     no_room.append(source_id)
                 await self._stop_local(source_id)
                 await self.redis.eval(_RELEASE, 1, self._key("lease", source_id), self.node_id)
         deadline = time.monotonic() + self.config.drain_timeout_s
-        waiting = list(handed)
+        waiting, gone = list(handed), []
         while waiting and time.monotonic() < deadline:
             holders = await self.redis.mget([self._key("lease", sid) for sid in waiting])
             waiting = [sid for sid, holder in zip(waiting, holders, strict=True) if holder is None]
+            # A receiver that has since left or begun draining takes nothing: stop waiting for it. The source
+            # stays placed and the next node with room takes it, as after a node's death.
+            receivers = await self._read_nodes() if waiting else {}
+            gone += [sid for sid in waiting if handed[sid] not in receivers or receivers[handed[sid]].draining]
+            waiting = [sid for sid in waiting if sid not in gone]
             if waiting:
                 await asyncio.sleep(0.1)
-        return {"node": self.node_id, "handed_over": handed, "not_taken": no_room + waiting}
+        return {"node": self.node_id, "handed_over": list(handed), "not_taken": no_room + gone + waiting}
 
     async def nodes(self) -> list[dict[str, Any]]:
         try:

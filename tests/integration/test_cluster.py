@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.support.cluster import get_json, node_config, owner_of, results_flow
+from tests.support.cluster import get_json, node_config, node_name, owner_of, results_flow
 from tests.support.redis_server import RedisServer
 from tests.support.rtsp import RtspCamera
 from tests.support.vigil_process import VigilProcess
@@ -24,6 +24,7 @@ from tests.support.vigil_process import VigilProcess
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEARTBEAT_S, LEASE_S = 0.5, 2.0
 RECONNECT_MAX_S = 1.0
+DRAIN_TIMEOUT_S = 30.0  # cluster.drain_timeout_s's default
 # A source must be running again within its lease + one pass + the camera's reconnect; the rest is margin for
 # a loaded 2-core machine (process start-up is not part of it: the nodes are already up).
 BOUND_S = LEASE_S + HEARTBEAT_S + RECONNECT_MAX_S + 12.0
@@ -318,3 +319,27 @@ async def test_openapi_documents_the_cluster_routes_a_node_serves(start_nodes):
         assert {"/api/sources", "/api/sessions", "/api/sources/{source_id}"} <= paths.keys()
         nodes = await get_json(http, f"{a.url}/api/cluster/nodes")
         assert [n["id"] for n in nodes["nodes"]] == ["a"] and nodes["nodes"][0]["self"] is True
+
+
+async def test_nodes_stopped_together_exit_without_waiting_on_each_other(start_nodes, camera: RtspCamera):
+    """Every node of a cluster stopped at once (``docker compose down``, a host's shutdown): each drain reads who
+    is still there when it starts and stops waiting for a node that began draining or left since, so none waits
+    out ``drain_timeout_s`` (30 s) for a hand-over the other will never take. Each source stays placed, and the next
+    node up takes it (as after a node's death)."""
+    a, b = await start_nodes("a", "b")
+    async with aiohttp.ClientSession() as http:
+        for node in (a, b):
+            async with http.post(f"{node.url}/api/sources", json={"url": camera.url}) as response:
+                assert response.status == 201, await response.text()
+        listing = await get_json(http, f"{a.url}/api/sources")
+        for source in listing["sources"]:
+            await owner_of(http, [a, b], source["id"], timeout=BOUND_S)
+    started = time.monotonic()
+    for node in (a, b):
+        node.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    for node in (a, b):
+        assert await asyncio.to_thread(node.process.wait, 60) == 0  # type: ignore[union-attr]
+    # Each waited drain_timeout_s (30 s) before the fix; a handover to a node still running is a pass or two.
+    assert time.monotonic() - started < DRAIN_TIMEOUT_S / 2, (a.log(), b.log())
+    for node in (a, b):
+        assert f"cluster: node {node_name(node)} leaves" in node.log(0), node.log()
