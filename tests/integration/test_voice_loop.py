@@ -204,10 +204,13 @@ async def test_a_yes_or_no_question_of_an_empty_view_is_answered_no(vigil, tmp_p
     player = MediaPlayer(str(video))
     async with VoiceCall(server.url, video=player.video) as call:
         await call.client.next_message("detections", 30, where=lambda m: m["objects"] == [])
-        call.mic.say(speech("Do you see anyone?"))
+        # "Do you see anyone?" reached tiny.en through Opus as "Do you see it anyone?" in about half the runs (no
+        # lead: a word off the list); this one was heard right in every run.
+        call.mic.say(speech("Can you see anyone?"))
         turn = await call.turn(1, heard=False)
         reply, request = turn["reply"], _session_loop(server).last_request
-        assert reply.startswith("No, ") and len(reply) > len("No, ") and "yes" not in _words(reply), reply
+        assert reply.startswith("No, ") and len(reply) > len("No, ") and "yes" not in _words(reply), (
+            reply, turn["final"]["text"])
         assert request.messages[-1] == ChatMessage("assistant", "No,"), (turn["final"]["text"], request.messages)
     player.video.stop()
 
