@@ -1,4 +1,5 @@
-"""The endpointer's turn audio keeps the speech the VAD was late on (pure logic: VAD probabilities given)."""
+"""The endpointer's turn audio keeps the speech the VAD was late on and shortens pauses inside a turn (pure
+logic: VAD probabilities given)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,26 @@ def test_a_turn_keeps_the_first_word_the_vad_was_half_a_second_late_on():
     (ended,) = [event for event in events if isinstance(event, TurnEnded)]
     assert np.count_nonzero(ended.audio == 1.0) == 17 * FRAME_SAMPLES  # the late-scored word is all there
     assert np.count_nonzero(ended.audio == 2.0) == 30 * FRAME_SAMPLES
+
+
+def test_a_pause_inside_the_turn_is_shortened_and_the_silence_after_it_kept_whole_when_asked():
+    endpointer = Endpointer(min_speech_ms=250, end_silence_ms=5000)
+    pause = [0.5 + k / 128 for k in range(40)]  # a 1.3 s pause, each frame its own value (exact in float32)
+    frames = [(0.0, 0.0)] * 10 + [(1.0, 0.9)] * 20 + [(v, 0.0) for v in pause] + [(2.0, 0.9)] * 20 + [(0.25, 0.0)] * 25
+    for value, probability in frames:  # silence, words, the pause, words, 0.8 s of silence
+        endpointer.push(_frame(value), probability)
+
+    def values(audio: np.ndarray) -> list[float]:
+        return [float(v) for v in audio[::FRAME_SAMPLES] if v != 0.0]
+
+    assert values(endpointer.turn_audio()) == [v for v, _ in frames[10:]]
+    # Every pause shortened to 10 frames: the inner one keeps its first 3 (a soft word ending) and last 7 (the
+    # next word's start, which the VAD may score late); the last one keeps its start.
+    kept_pause = [*pause[:3], *pause[-7:]]
+    assert values(endpointer.turn_audio(320)) == [1.0] * 20 + kept_pause + [2.0] * 20 + [0.25] * 10
+    # For the turn model, the silence it is asked about stays whole.
+    assert values(endpointer.turn_audio(320, whole_trailing=True)) == [1.0] * 20 + kept_pause + [2.0] * 20 + [
+        0.25] * 25
 
 
 @pytest.mark.parametrize(("text", "unfinished"), [

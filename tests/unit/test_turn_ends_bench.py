@@ -3,7 +3,7 @@ re-check table counts only what the default check left open."""
 
 from __future__ import annotations
 
-from bench.turn_ends import Spoken, ends, report
+from bench.turn_ends import Resumed, Spoken, ends, report, report_resumed
 from pipelines.voice.config import VoiceLoopOptions
 
 
@@ -29,3 +29,20 @@ def test_the_recheck_table_counts_what_the_default_check_left_open(capsys):
     assert "     600       0.50       2/3  67 %         2/2 100 %" in out
     assert "     600       0.50              +1             1           +1 of 1" in out
     assert "leaves to the cap: 'I have a headache.', 'How can I stay cool?'" in out
+
+
+def test_the_resumed_table_counts_each_shortening_and_the_words_check(capsys):
+    heard = [
+        Resumed("Could you tell me", "Could you tell me what the weather will be like tomorrow?", True,
+                {None: 0.1, 300: 0.9}),  # ended only with its pause shortened
+        Resumed("How many", "How many legs does a spider have?", True, {None: 0.8, 300: 0.9}),  # ended either way
+        Resumed("Could you tell me", "Could you tell me what the", False, {None: 0.2, 300: 0.99}),  # an article
+        Resumed("Could you tell me", "Could you tell me what the weather", False, {None: 0.2, 300: 0.7}),  # cut
+        Resumed("What is", "What is the capital", False, {}),  # the VAD never opened a turn: not counted
+    ]
+    report_resumed(heard, 1000, VoiceLoopOptions())
+    out = capsys.readouterr().out
+    assert "a question paused 1000 ms mid-sentence" in out
+    assert "      as heard       1/2  50 %         0/2   0 %" in out
+    assert "     <= 300 ms       2/2 100 %         1/2  50 %" in out
+    assert "left to the cap with the pause as heard: 1 questions" in out
