@@ -213,8 +213,6 @@ class ClusterNode:
                          self.node_id, drained["handed_over"] or "none", drained["not_taken"] or "none")
             except ApiError as error:  # no other node, or no Redis: the sources stay placed for the next node up
                 log.info("cluster: node %s leaves, its sources placed as they are: %s", self.node_id, error.message)
-            except (aioredis.RedisError, OSError) as error:  # Redis went away mid-drain: the same
-                log.info("cluster: node %s leaves, its sources placed as they are: Redis: %s", self.node_id, error)
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -488,6 +486,15 @@ class ClusterNode:
         there. A source no node has room for is not waited for: it stays placed, and the next node with room
         takes it (as after a node's death)."""
         self._require()
+        try:
+            return await self._drain()
+        except (aioredis.RedisError, OSError):  # gone since the last pass: 503 cluster_unavailable, not a 500
+            self.connected = False
+            REDIS_UP.set(0)
+            self._require()
+            raise
+
+    async def _drain(self) -> dict[str, Any]:
         async with self._tick_lock:
             # Who is there now, not at the last pass: a node that left or began draining since (every node of a
             # cluster stopped at once) would never take what is handed to it.

@@ -201,6 +201,8 @@ async def test_redis_down_keeps_sources_refuses_placements_and_rejoins(start_nod
                 assert response.status == 503
                 error = (await response.json())["error"]
                 assert error["code"] == "cluster_unavailable" and "Redis" in error["message"]
+            async with http.post(f"{node.url}/api/cluster/drain") as response:  # nothing handed over, nothing stopped
+                assert response.status == 503 and (await response.json())["error"]["code"] == "cluster_unavailable"
             listing = await get_json(http, f"{node.url}/api/sources")
             assert listing["partial"] is True
             assert _metric(await _metrics(http, node), "vigil_cluster_redis_up") == 0
