@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,15 +49,24 @@ def questions() -> list[str]:
     return list(dict.fromkeys([*asked, *QUESTIONS, " ".join(PAUSED)]))
 
 
-def scores_after(pcm: np.ndarray, checks: list[int], vad: SileroVadModel, model: SmartTurnV3) -> dict[int, float]:
-    """The model's score of the turn so far when the endpointer has heard each of ``checks`` ms of silence (the
-    audio the voice loop gives it: ``TurnTaking.check_due``)."""
-    tail = max(checks) / 1000 + 0.1
-    audio = np.concatenate([silence(0.3, RATE), pcm, silence(tail, RATE)]).astype(np.float32) / 32768
-    stream, endpointer, scores = vad.stream(), Endpointer(end_silence_ms=10 * max(checks)), {}
+def heard_frames(pcm: np.ndarray, silence_after_s: float, vad: SileroVadModel) -> Iterator[tuple[int, Endpointer]]:
+    """``pcm`` after 0.3 s of silence and before ``silence_after_s``, frame by frame through Silero VAD and the voice
+    loop's ``Endpointer`` (which never ends the turn here): (the frame's start in ``pcm``'s samples, the endpointer
+    that has heard it)."""
+    lead = int(0.3 * RATE)
+    audio = np.concatenate([silence(0.3, RATE), pcm, silence(silence_after_s, RATE)]).astype(np.float32) / 32768
+    stream, endpointer = vad.stream(), Endpointer(end_silence_ms=60_000)
     for start in range(0, audio.size - FRAME_SAMPLES + 1, FRAME_SAMPLES):
         frame = audio[start:start + FRAME_SAMPLES]
         endpointer.push(frame, stream.probability(frame))
+        yield start - lead, endpointer
+
+
+def scores_after(pcm: np.ndarray, checks: list[int], vad: SileroVadModel, model: SmartTurnV3) -> dict[int, float]:
+    """The model's score of the turn so far when the endpointer has heard each of ``checks`` ms of silence (the
+    audio the voice loop gives it: ``TurnTaking.check_due``)."""
+    scores: dict[int, float] = {}
+    for _, endpointer in heard_frames(pcm, max(checks) / 1000 + 0.1, vad):
         for check in checks:
             if endpointer.in_turn and check not in scores and endpointer.silence_ms >= check:
                 scores[check] = float(model.completion(endpointer.turn_audio(TURN_MODEL_MAX_PAUSE_MS,
@@ -66,8 +76,7 @@ def scores_after(pcm: np.ndarray, checks: list[int], vad: SileroVadModel, model:
 
 @dataclass(frozen=True)
 class Resumed:
-    """A question spoken with a pause of its own after ``before`` words, heard up to ``words``."""
-    before: str
+    """A question spoken with a pause of its own, heard up to ``words``."""
     words: str
     whole: bool
     scores: dict[int | None, float]  # inner pauses shortened to (ms; None: as heard) -> score at the default check
@@ -78,15 +87,9 @@ def scores_at_end(pcm: np.ndarray, check: int, shortened: list[int | None], vad:
     """The model's score after ``check`` ms of silence at the end of ``pcm`` (which holds a pause of its own),
     given the turn as heard (None) and with the pauses inside it shortened to each of ``shortened`` ms, the
     silence being judged kept whole (``Endpointer.turn_audio``)."""
-    audio = np.concatenate([silence(0.3, RATE), pcm, silence(check / 1000 + 0.1, RATE)]).astype(np.float32) / 32768
-    spoken_until = int(0.3 * RATE) + pcm.size
-    stream, endpointer = vad.stream(), Endpointer(end_silence_ms=10 * check + 10_000)
-    for start in range(0, audio.size - FRAME_SAMPLES + 1, FRAME_SAMPLES):
-        frame = audio[start:start + FRAME_SAMPLES]
-        endpointer.push(frame, stream.probability(frame))
-        if start >= spoken_until and endpointer.in_turn and endpointer.silence_ms >= check:
-            return {ms: float(model.completion(endpointer.turn_audio(ms, whole_trailing=True)))
-                    for ms in shortened}
+    for start, endpointer in heard_frames(pcm, check / 1000 + 0.1, vad):
+        if start >= pcm.size and endpointer.in_turn and endpointer.silence_ms >= check:
+            return {ms: float(model.completion(endpointer.turn_audio(ms, whole_trailing=True))) for ms in shortened}
     return {}
 
 
@@ -102,8 +105,7 @@ def resumed_after_pauses(text: str, pcm: np.ndarray, cuts: list[tuple[str, int]]
             continue
         for words, until in ends_at[index + 1:]:
             joined = np.concatenate([pcm[:cut], gap, pcm[cut:until]])
-            heard.append(Resumed(before, words, until == pcm.size,
-                                 scores_at_end(joined, check, shortened, vad, model)))
+            heard.append(Resumed(words, until == pcm.size, scores_at_end(joined, check, shortened, vad, model)))
     return heard
 
 
@@ -143,7 +145,8 @@ def report(heard: list[Spoken], checks: list[int], thresholds: list[float], defa
     print(f"\nwhole questions the default check leaves to the cap: {capped or 'none'}")
 
 
-def report_resumed(heard: list[Resumed], pause_ms: int, default: VoiceLoopOptions) -> None:
+def report_resumed(heard: list[Resumed], pause_ms: int, shortened: list[int | None],
+                   default: VoiceLoopOptions) -> None:
     first, threshold = default.turn_check_silence_ms, default.turn_threshold
     whole = [r for r in heard if r.whole and r.scores]
     cut = [r for r in heard if not r.whole and r.scores]
@@ -159,11 +162,11 @@ def report_resumed(heard: list[Resumed], pause_ms: int, default: VoiceLoopOption
           f"resumed: ended at the default check ({first} ms, threshold {threshold}) after its last word (else the "
           "cap) | after a later word (a cut-off), the turn model given its inner pause as heard or shortened")
     print(f"  {'inner pause':>12}  {'whole ended':>14}  {'fragments ended':>16}")
-    for shortened in next(iter(whole or cut)).scores if whole or cut else []:
-        label = "as heard" if shortened is None else f"<= {shortened} ms"
-        print(f"  {label:>12}  {share(whole, shortened):>14}  {share(cut, shortened):>16}")
+    for ms in shortened:
+        label = "as heard" if ms is None else f"<= {ms} ms"
+        print(f"  {label:>12}  {share(whole, ms):>14}  {share(cut, ms):>16}")
     capped = sorted({r.words for r in whole if not ended(r, None)})
-    print(f"\nresumed questions left to the cap with the pause as heard: {len(capped)} questions, "
+    print(f"\nresumed questions left to the cap with the pause as heard: {len(capped)}, "
           f"e.g. {', '.join(repr(c) for c in capped[:5]) or 'none'}")
 
 
@@ -196,7 +199,7 @@ def main() -> None:
                                             model)
     report(heard, checks, thresholds, default)
     if args.pause_ms:
-        report_resumed(resumed, args.pause_ms, default)
+        report_resumed(resumed, args.pause_ms, shortened, default)
     print(f"\n{len(texts)} questions in {time.perf_counter() - started:.0f} s")
 
 

@@ -33,16 +33,17 @@ def test_the_recheck_table_counts_what_the_default_check_left_open(capsys):
 
 def test_the_resumed_table_counts_each_shortening_and_the_words_check(capsys):
     heard = [
-        Resumed("Could you tell me", "Could you tell me what the weather will be like tomorrow?", True,
+        Resumed("Could you tell me what the weather will be like tomorrow?", True,
                 {None: 0.1, 300: 0.9}),  # ended only with its pause shortened
-        Resumed("How many", "How many legs does a spider have?", True, {None: 0.8, 300: 0.9}),  # ended either way
-        Resumed("Could you tell me", "Could you tell me what the", False, {None: 0.2, 300: 0.99}),  # an article
-        Resumed("Could you tell me", "Could you tell me what the weather", False, {None: 0.2, 300: 0.7}),  # cut
-        Resumed("What is", "What is the capital", False, {}),  # the VAD never opened a turn: not counted
+        Resumed("How many legs does a spider have?", True, {None: 0.8, 300: 0.9}),  # ended either way
+        Resumed("Could you tell me what the", False, {None: 0.2, 300: 0.99}),  # ends on an article
+        Resumed("Could you tell me what the weather", False, {None: 0.2, 300: 0.7}),  # cut off
+        Resumed("What is the capital", False, {}),  # the VAD never opened a turn: not counted
     ]
-    report_resumed(heard, 1000, VoiceLoopOptions())
+    report_resumed(heard, 1000, [None, 300], VoiceLoopOptions())
     out = capsys.readouterr().out
     assert "a question paused 1000 ms mid-sentence" in out
     assert "      as heard       1/2  50 %         0/2   0 %" in out
     assert "     <= 300 ms       2/2 100 %         1/2  50 %" in out
-    assert "left to the cap with the pause as heard: 1 questions" in out
+    assert "left to the cap with the pause as heard: 1, e.g. 'Could you tell me what the weather will be like " \
+        "tomorrow?'" in out
