@@ -48,8 +48,26 @@ SNAPSHOT_READS_MAX = 8  # snapshot files being read at once; more are dropped (a
 CLOSE_FLUSH_S = 2.0  # on shutdown, how long queued messages may take to reach a connected broker
 SENSOR_ORIGINS = ("rtsp", "file")  # sources whose counts and snapshots are published (and discovered)
 SOURCES_MAX = 256  # sources with counts kept and republished on every connection
+AIOMQTT_NO_CONNACK = "Operation timed out"  # aiomqtt's MqttError when the CONNACK does not come in time
 
 MQTT_PUBLISHER: web.AppKey[MqttPublisher] = web.AppKey("mqtt_publisher")
+
+
+class PahoLog(logging.LoggerAdapter[logging.Logger]):
+    """paho-mqtt's log, for one publisher. A socket error ("failed to receive on socket: ...") is kept as the reason
+    the connection attempt failed: aiomqtt reports a connection lost before the broker's CONNACK only as "Operation
+    timed out", and the TLS alert that says why (a client certificate required or refused) would be lost with it.
+    It is said once in the publisher's warning, so paho's own line drops to DEBUG rather than an ERROR per retry."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.getLogger("server.mqtt.paho"), {})
+        self.socket_error: str | None = None
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if level >= logging.ERROR and isinstance(msg, str) and "on socket" in msg:
+            self.socket_error = msg % args if args else msg
+            level = logging.DEBUG
+        super().log(level, msg, *args, **kwargs)
 
 
 class MqttPublisher:
@@ -74,6 +92,7 @@ class MqttPublisher:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._tls: ssl.SSLContext | None = None
+        self._paho = PahoLog()
         self.connected = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -224,7 +243,7 @@ class MqttPublisher:
             except* aiomqtt.MqttError as errors:  # the broker is away or went away: keep everything, retry
                 if self.connected or backoff == config.backoff_initial_s:
                     log.warning("mqtt: broker %s:%d unavailable (%s); %d messages queued, retrying",
-                                config.host, config.port, errors.exceptions[0], len(self._queue))
+                                config.host, config.port, self._reason(errors.exceptions[0]), len(self._queue))
             self.connected = False
             MQTT_CONNECTED.set(0)
             if self._closing:
@@ -232,8 +251,28 @@ class MqttPublisher:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, config.backoff_max_s)
 
+    def _reason(self, error: BaseException) -> str:
+        """Why an attempt failed, as the user can act on it. aiomqtt says only that the CONNACK never came when the
+        connection was lost before it: the socket's error is given instead. A broker that checks the client's
+        certificate after the TLS 1.3 handshake sends its alert and closes; when that close overtakes the alert
+        (Vigil's CONNECT unread: a reset), an EOF or nothing at all is left, and the likely cause is named."""
+        socket_error = self._paho.socket_error
+        if self.connected or str(error) != AIOMQTT_NO_CONNACK:  # the socket's error, if any, says more
+            return f"{error}: {socket_error}" if socket_error is not None and socket_error not in str(error) \
+                else str(error)
+        if socket_error is not None and "EOF" not in socket_error:
+            return socket_error
+        if self._tls is None:  # a TLS listener reads a CONNECT as a broken handshake and hangs up
+            return f"{socket_error or 'no CONNACK'}: the broker hung up or stayed silent; if it speaks TLS, set " \
+                   "mqtt.tls.enabled"
+        certificate = ("it may refuse mqtt.tls.cert_file" if self.config.tls.cert_file is not None
+                       else "it may require a client certificate: mqtt.tls.cert_file and key_file")
+        return (f"{socket_error or 'no CONNACK'}: the broker hung up or stayed silent after the TLS handshake, "
+                f"{certificate}")
+
     async def _connected_session(self) -> None:
         config = self.config
+        self._paho.socket_error = None
         will = aiomqtt.Will(self.topics.availability, b"offline", qos=config.qos, retain=True)
         password = config.password.get_secret_value() if config.password is not None else None
         if config.tls.enabled and self._tls is None:  # reads the PEM files: off the event loop, once
@@ -243,7 +282,8 @@ class MqttPublisher:
                 raise aiomqtt.MqttError(f"TLS files unusable: {error}") from error
         async with aiomqtt.Client(config.host, config.port, username=config.username, password=password,
                                   identifier=config.client_id, will=will, keepalive=config.keepalive_s,
-                                  timeout=config.publish_timeout_s, tls_context=self._tls) as client:
+                                  timeout=config.publish_timeout_s, tls_context=self._tls,
+                                  logger=self._paho) as client:  # type: ignore[arg-type]  # a Logger's calls
             self.connected = True
             MQTT_CONNECTED.set(1)
             log.info("mqtt: connected to %s:%d%s (%d messages queued)", config.host, config.port,
