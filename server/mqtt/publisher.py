@@ -258,17 +258,17 @@ class MqttPublisher:
         (Vigil's CONNECT unread: a reset), an EOF or nothing at all is left, and the likely cause is named."""
         socket_error = self._paho.socket_error
         if self.connected or str(error) != AIOMQTT_NO_CONNACK:  # the socket's error, if any, says more
-            return f"{error}: {socket_error}" if socket_error is not None and socket_error not in str(error) \
-                else str(error)
+            if socket_error is None or socket_error in str(error):
+                return str(error)
+            return f"{error}: {socket_error}"
         if socket_error is not None and "EOF" not in socket_error:
             return socket_error
-        if self._tls is None:  # a TLS listener reads a CONNECT as a broken handshake and hangs up
-            return f"{socket_error or 'no CONNACK'}: the broker hung up or stayed silent; if it speaks TLS, set " \
-                   "mqtt.tls.enabled"
-        certificate = ("it may refuse mqtt.tls.cert_file" if self.config.tls.cert_file is not None
-                       else "it may require a client certificate: mqtt.tls.cert_file and key_file")
-        return (f"{socket_error or 'no CONNACK'}: the broker hung up or stayed silent after the TLS handshake, "
-                f"{certificate}")
+        silent = f"{socket_error or 'no CONNACK'}: the broker hung up or stayed silent"
+        if not self.config.tls.enabled:  # a TLS listener reads a CONNECT as a broken handshake and hangs up
+            return f"{silent}; if it speaks TLS, set mqtt.tls.enabled"
+        if self.config.tls.cert_file is not None:
+            return f"{silent} after the TLS handshake, it may refuse mqtt.tls.cert_file"
+        return f"{silent} after the TLS handshake, it may require a client certificate: mqtt.tls.cert_file and key_file"
 
     async def _connected_session(self) -> None:
         config = self.config
