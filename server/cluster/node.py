@@ -30,7 +30,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import redis.asyncio as aioredis
 from aiohttp import web
@@ -90,6 +90,11 @@ end
 return false"""
 
 _NO_TOTAL_LIMIT = 2**53  # beyond any count of specs
+
+
+def _unavailable() -> ApiError:
+    return ApiError("cluster_unavailable", "the cluster's Redis cannot be reached: new sources cannot be placed now "
+                    "(sources already running keep running); try again when it is back")
 
 
 class ClusterUnavailable(Exception):
@@ -374,9 +379,14 @@ class ClusterNode:
 
     def _require(self) -> None:
         if not self.connected:
-            raise ApiError("cluster_unavailable",
-                           "the cluster's Redis cannot be reached: new sources cannot be placed now (sources "
-                           "already running keep running); try again when it is back")
+            raise _unavailable()
+
+    def _redis_lost(self) -> NoReturn:
+        """A request found Redis gone since the last pass: 503 cluster_unavailable, not a 500, until a pass finds
+        it back."""
+        self.connected = False
+        REDIS_UP.set(0)
+        raise _unavailable()
 
     async def create(self, body: SourceRequest) -> dict[str, Any]:
         """Validate here, place on the least-loaded live node, return the source's info (201)."""
@@ -414,8 +424,7 @@ class ClusterNode:
                     await self.redis.hdel(self._key("sources"), source_id)
                     raise ApiError("too_many_sources", f"this node's source limit is reached ({limit})")
         except (aioredis.RedisError, OSError):
-            self.connected = False
-            self._require()
+            self._redis_lost()
         return self._placeholder(spec, "placed")
 
     def _placeholder(self, spec: dict[str, Any], state: str, node: str | None = None) -> dict[str, Any]:
@@ -460,8 +469,7 @@ class ClusterNode:
                 return None
             nodes = await self._read_nodes()
         except (aioredis.RedisError, OSError):
-            self.connected = False
-            self._require()
+            self._redis_lost()
         for node in nodes.values():
             for info in node.sources:
                 if info["id"] == source_id:
@@ -474,8 +482,7 @@ class ClusterNode:
             if source_id in self.local_specs:
                 await self.redis.eval(_RELEASE, 1, self._key("lease", source_id), self.node_id)
         except (aioredis.RedisError, OSError):
-            self.connected = False
-            self._require()
+            self._redis_lost()
         if source_id in self.local_specs:
             await self._stop_local(source_id)
             return True
@@ -488,11 +495,8 @@ class ClusterNode:
         self._require()
         try:
             return await self._drain()
-        except (aioredis.RedisError, OSError):  # gone since the last pass: 503 cluster_unavailable, not a 500
-            self.connected = False
-            REDIS_UP.set(0)
-            self._require()
-            raise
+        except (aioredis.RedisError, OSError):
+            self._redis_lost()
 
     async def _drain(self) -> dict[str, Any]:
         async with self._tick_lock:
@@ -542,8 +546,7 @@ class ClusterNode:
         try:
             nodes = await self._read_nodes()
         except (aioredis.RedisError, OSError):
-            self.connected = False
-            self._require()
+            self._redis_lost()
         return [{"id": n.id, "url": n.url, "draining": n.draining, "load": n.load, "self": n.id == self.node_id}
                 for n in nodes.values()]
 
